@@ -1,0 +1,324 @@
+"""Execution backends: the interface, and ``LocalBackend`` which runs rollouts in-process.
+
+LocalBackend runs the user's workflow and grader in the current process and event loop, with no
+sandbox: breakpoints, prints and stack traces just work, and so does any harm the code does.
+It does not enforce request deadlines; a harness (the osmosis-run runner) does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import os
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from osmosis_run.context import (
+    AgentWorkflowContext,
+    GraderContext,
+    RolloutContext,
+    get_rollout_context,
+)
+from osmosis_run.loading import load_class, load_instance
+from osmosis_run.types import (
+    AgentWorkflowConfig,
+    AgentWorkflowOutput,
+    BaseConfig,
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutSample,
+    RolloutStatus,
+    json_copy,
+)
+from osmosis_run.workflow import AgentWorkflow, Grader
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT",
+    "ExecutionBackend",
+    "LocalBackend",
+    "categorize_exception",
+    "coerce_output",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONCURRENT = 4
+
+
+class ExecutionBackend(ABC):
+    """Something that executes rollouts; a rollout server serves one of these."""
+
+    @abstractmethod
+    async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        """Run one rollout (workflow, then grader when grading applies)."""
+
+    def has_capacity(self) -> bool:
+        """Return whether a new rollout would be admitted now."""
+        return True
+
+    def rollout_status(self, rollout_id: str) -> dict[str, Any] | None:  # noqa: ARG002
+        """Return a backend-specific status of one rollout, if the backend tracks it."""
+        return None
+
+    def cancel_rollouts(
+        self,
+        ids: list[str] | None = None,  # noqa: ARG002
+        prefix: str | None = None,  # noqa: ARG002
+        all: bool = False,  # noqa: A002, ARG002
+    ) -> dict[str, str]:
+        """Cancel rollouts; an empty answer means the backend does not support it."""
+        return {}
+
+    def health(self) -> dict[str, Any]:
+        """Return a health report."""
+        return {"status": "ok"}
+
+    async def shutdown(self) -> None:  # noqa: B027  (an optional hook, empty by default)
+        """Release what the backend holds."""
+
+
+def categorize_exception(exc: BaseException) -> RolloutErrorCategory:
+    """Map an exception raised by user code to the SDK's error category."""
+    if isinstance(exc, TimeoutError):
+        return RolloutErrorCategory.TIMEOUT
+    if isinstance(exc, ValueError | TypeError | AssertionError):
+        return RolloutErrorCategory.VALIDATION_ERROR
+    return RolloutErrorCategory.AGENT_ERROR
+
+
+def coerce_output(value: object) -> AgentWorkflowOutput | None:
+    """Normalise what ``AgentWorkflow.run`` returned.
+
+    Raises:
+        TypeError: the value is none of the accepted kinds.
+    """
+    if value is None:
+        return None
+    if isinstance(value, AgentWorkflowOutput):
+        return AgentWorkflowOutput.model_validate(value)
+    if isinstance(value, list):
+        return AgentWorkflowOutput(messages=value)
+    raise TypeError(
+        "run() must return AgentWorkflowOutput, a message list, or None; "
+        f"got {type(value).__name__}"
+    )
+
+
+class LocalBackend(ExecutionBackend):
+    """Run an ``AgentWorkflow`` and an optional ``Grader`` in this process and event loop.
+
+    Args:
+        workflow: an ``AgentWorkflow`` subclass or a ``"module:attr"`` path to one.
+        workflow_config: an ``AgentWorkflowConfig`` instance or a path to one.
+        grader: a ``Grader`` subclass or a path to one.
+        grader_config: a ``GraderConfig`` instance or a path to one.
+        artifact_root: where ``<rollout-id>/artifacts`` directories go; default
+            ``$OSMOSIS_ARTIFACT_ROOT``, else ``~/.osmosis``.
+    """
+
+    def __init__(
+        self,
+        *,
+        workflow: type[AgentWorkflow[Any]] | str,
+        workflow_config: AgentWorkflowConfig | str | None = None,
+        grader: type[Grader] | str | None = None,
+        grader_config: BaseConfig | str | None = None,
+        artifact_root: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.workflow_cls: type[AgentWorkflow[Any]] = load_class(
+            workflow, AgentWorkflow, role="workflow"
+        )
+        self.workflow_config: AgentWorkflowConfig | None = (
+            load_instance(workflow_config, AgentWorkflowConfig, role="workflow_config")
+            if workflow_config
+            else None
+        )
+        self.grader_cls: type[Grader] | None = (
+            load_class(grader, Grader, role="grader") if grader else None
+        )
+        self.grader_config: BaseConfig | None = (
+            load_instance(grader_config, BaseConfig, role="grader_config") if grader_config else None
+        )
+        self.max_concurrent: int | None = (
+            self.workflow_config.concurrency.max_concurrent
+            if self.workflow_config is not None
+            else DEFAULT_MAX_CONCURRENT
+        )
+        root = artifact_root or os.environ.get("OSMOSIS_ARTIFACT_ROOT") or Path.home() / ".osmosis"
+        self.artifact_root = Path(root)
+        self._limiter = asyncio.Semaphore(self.max_concurrent) if self.max_concurrent else None
+        self._queued = 0
+        self._running = 0
+        self._warned_artifacts = False
+
+    def health(self) -> dict[str, Any]:
+        """Return ``{"status": "ok", "concurrency": {...}}`` with live queue counts."""
+        concurrency = {
+            "max_concurrent": self.max_concurrent,
+            "queued": self._queued,
+            "running": self._running,
+        }
+        return {"status": "ok", "concurrency": concurrency}
+
+    async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
+        """Run the workflow, then the grader when grading applies, holding one slot for both."""
+        self._queued += 1
+        async with self._slot():
+            self._queued -= 1
+            self._running += 1
+            try:
+                workflow = await self.run_workflow(request)
+                grader = (
+                    await self.run_grader(request, workflow)
+                    if self.grading_applies(request, workflow)
+                    else None
+                )
+            finally:
+                self._running -= 1
+        return ExecutionOutcome(workflow=workflow, grader=grader)
+
+    def grading_applies(self, request: ExecutionRequest, workflow: ExecutionResult) -> bool:
+        """Whether the grader runs: configured, workflow succeeded, label or metadata, asked."""
+        return (
+            self.grader_cls is not None
+            and workflow.status == RolloutStatus.SUCCESS
+            and (request.label is not None or request.metadata is not None)
+            and request.grade
+        )
+
+    async def run_workflow(self, request: ExecutionRequest) -> ExecutionResult:
+        """Run the workflow of one rollout; an exception it raises becomes a failed result."""
+        config = copy.deepcopy(self.workflow_config)
+        ctx = AgentWorkflowContext(
+            prompt=request.prompt,
+            config=config,
+            metadata=request.metadata,
+            artifacts_dir=self.artifacts_dir(request.id),
+        )
+        rollout_ctx = _rollout_context(request.id)
+        try:
+            with rollout_ctx:
+                output = coerce_output(await self.workflow_cls(config).run(ctx))
+                sample = await _sample_from(output, rollout_ctx, request)
+        except Exception as exc:
+            return _failure(exc, "workflow", request.id)
+        return ExecutionResult(status=RolloutStatus.SUCCESS, sample=sample)
+
+    async def run_grader(
+        self, request: ExecutionRequest, workflow: ExecutionResult
+    ) -> ExecutionResult:
+        """Grade the workflow's sample; a missing reward or an exception is a failed result."""
+        if self.grader_cls is None:
+            raise ValueError("this LocalBackend has no grader")
+        ctx = GraderContext(
+            label=request.label,
+            sample=workflow.sample,
+            metadata=request.metadata,
+            artifacts_dir=self.artifacts_dir(request.id),
+        )
+        try:
+            with _rollout_context(request.id):
+                await self.grader_cls(self.grader_config).grade(ctx)
+            _check_graded(ctx.sample)
+        except Exception as exc:
+            return _failure(exc, "grader", request.id, sample=ctx.sample)
+        return ExecutionResult(status=RolloutStatus.SUCCESS, sample=ctx.sample)
+
+    def artifacts_dir(self, rollout_id: str) -> Path | None:
+        """Make ``<root>/<rollout_id>/artifacts`` and return it, or None if it cannot be made."""
+        path = self.artifact_root / rollout_id / "artifacts"
+        try:
+            _mkdir_two_levels(path)
+        except OSError as exc:
+            if not self._warned_artifacts:
+                self._warned_artifacts = True
+                logger.warning("cannot create artifacts directory %s: %s", path, exc)
+            return None
+        return path
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        if self._limiter is None:
+            yield
+            return
+        async with self._limiter:
+            yield
+
+
+def _mkdir_two_levels(path: Path) -> None:
+    """Create ``path`` and its parent with as few system calls as the common case needs."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True)
+
+
+def _rollout_context(rollout_id: str) -> RolloutContext:
+    """A fresh ambient context for one rollout, inheriting the harness's model endpoint."""
+    outer = get_rollout_context()
+    if outer is None:
+        return RolloutContext(rollout_id=rollout_id)
+    return RolloutContext(
+        rollout_id=rollout_id,
+        chat_completions_url=outer.chat_completions_url,
+        api_key=outer.api_key,
+    )
+
+
+async def _sample_from(
+    output: AgentWorkflowOutput | None, rollout_ctx: RolloutContext, request: ExecutionRequest
+) -> RolloutSample | None:
+    if output is None:
+        sample = await rollout_ctx.get_sample()
+        if sample is not None and sample.label is None:
+            sample.label = request.label
+        return sample
+    if output.messages is None:
+        return None
+    # The output was validated just now: build the sample without validating it a second time.
+    return RolloutSample.model_construct(
+        messages=output.messages,
+        trajectory_messages=json_copy(output.messages),
+        label=request.label,
+        metrics=dict(output.metrics),
+    )
+
+
+def _check_graded(sample: RolloutSample | None) -> None:
+    if sample is None:
+        raise ValueError(
+            "no sample to grade: the workflow returned no messages and registered no sample source"
+        )
+    if sample.reward is None and not sample.remove_sample:
+        raise ValueError(
+            "Sample has no reward after grading: call ctx.set_reward(value), "
+            "or set ctx.sample.remove_sample = True to drop the sample"
+        )
+
+
+def _failure(
+    exc: Exception, stage: str, rollout_id: str, sample: RolloutSample | None = None
+) -> ExecutionResult:
+    logger.error("%s of rollout %s raised %s", stage, rollout_id, type(exc).__name__, exc_info=exc)
+    diagnostics: Mapping[str, Any] = {
+        "stage": stage,
+        "error_type": type(exc).__name__,
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        sample=sample,
+        err_message=str(exc) or type(exc).__name__,
+        err_category=categorize_exception(exc),
+        extra_fields=dict(diagnostics),
+    )

@@ -1,0 +1,108 @@
+"""Turn a ``"module:attr"`` string into the object it names, with one typed error per failure."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from typing import Any, TypeVar
+
+from osmosis_run.errors import (
+    AttributeNotFoundError,
+    ImportPathError,
+    ModuleNotFoundLoadError,
+    UserModuleImportError,
+    WrongKindError,
+)
+
+__all__ = ["import_from_string", "load_class", "load_instance"]
+
+T = TypeVar("T")
+
+
+def import_from_string(path: str) -> Any:
+    """Import ``"package.module:attr"`` (``attr`` may be dotted) and return the attribute."""
+    module_name, _, attrs = path.partition(":") if isinstance(path, str) else ("", "", "")
+    if not module_name or not attrs or ":" in attrs:
+        raise ImportPathError(
+            f'invalid import path "{path}": expected "module:attr", '
+            'for example "my_rollout:MyWorkflow"'
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and _is_prefix(exc.name, module_name):
+            raise ModuleNotFoundLoadError(
+                f'cannot import "{path}": no module named "{exc.name}"; check the spelling, '
+                "install the package, or run from the folder that holds it"
+            ) from None
+        raise _user_import_error(path, exc) from exc
+    except Exception as exc:
+        raise _user_import_error(path, exc) from exc
+    obj: Any = module
+    for part in attrs.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise AttributeNotFoundError(_missing_message(path, module, part))
+    return obj
+
+
+def load_class(ref: type[T] | str, base: type[T], *, role: str) -> type[T]:
+    """Return ``ref`` (a class or an import path) checked to be a subclass of ``base``."""
+    obj = import_from_string(ref) if isinstance(ref, str) else ref
+    if not (inspect.isclass(obj) and issubclass(obj, base)):
+        raise WrongKindError(
+            f"{role} {_describe_ref(ref)} is {_kind(obj)}, expected a subclass of {base.__name__}"
+        )
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+        raise WrongKindError(
+            f"{role} {_describe_ref(ref)} is abstract: implement {missing}"
+        )
+    return obj
+
+
+def load_instance(ref: T | str, base: type[T], *, role: str) -> T:
+    """Return ``ref`` (an instance or an import path) checked to be an instance of ``base``."""
+    obj = import_from_string(ref) if isinstance(ref, str) else ref
+    if not isinstance(obj, base):
+        hint = "; instantiate it in your module" if inspect.isclass(obj) else ""
+        raise WrongKindError(
+            f"{role} {_describe_ref(ref)} is {_kind(obj)}, "
+            f"expected an instance of {base.__name__}{hint}"
+        )
+    return obj
+
+
+def _is_prefix(missing: str, module_name: str) -> bool:
+    return module_name == missing or module_name.startswith(missing + ".")
+
+
+def _user_import_error(path: str, exc: BaseException) -> UserModuleImportError:
+    module_name = path.partition(":")[0]
+    return UserModuleImportError(
+        f'importing "{module_name}" (for "{path}") raised {type(exc).__name__}: {exc}'
+    )
+
+
+def _missing_message(path: str, module: Any, part: str) -> str:
+    names = [name for name in dir(module) if not name.startswith("_")]
+    close = difflib.get_close_matches(part, names, n=1)
+    hint = f'; did you mean "{close[0]}"?' if close else ""
+    return f'cannot import "{path}": "{module.__name__}" has no attribute "{part}"{hint}'
+
+
+def _describe_ref(ref: object) -> str:
+    if isinstance(ref, str):
+        return f'"{ref}"'
+    return getattr(ref, "__qualname__", None) or repr(ref)
+
+
+def _kind(obj: object) -> str:
+    if inspect.isclass(obj):
+        return f"the class {obj.__qualname__}"
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        return "a function"
+    if inspect.ismodule(obj):
+        return "a module"
+    return f"an instance of {type(obj).__qualname__}"
