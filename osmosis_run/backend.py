@@ -28,10 +28,10 @@ from osmosis_run.loading import load_class, load_instance
 from osmosis_run.types import (
     AgentWorkflowConfig,
     AgentWorkflowOutput,
-    BaseConfig,
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,
+    GraderConfig,
     RolloutErrorCategory,
     RolloutSample,
     RolloutStatus,
@@ -129,7 +129,7 @@ class LocalBackend(ExecutionBackend):
         workflow: type[AgentWorkflow[Any]] | str,
         workflow_config: AgentWorkflowConfig | str | None = None,
         grader: type[Grader] | str | None = None,
-        grader_config: BaseConfig | str | None = None,
+        grader_config: GraderConfig | str | None = None,
         artifact_root: str | os.PathLike[str] | None = None,
     ) -> None:
         self.workflow_cls: type[AgentWorkflow[Any]] = load_class(
@@ -143,8 +143,10 @@ class LocalBackend(ExecutionBackend):
         self.grader_cls: type[Grader] | None = (
             load_class(grader, Grader, role="grader") if grader else None
         )
-        self.grader_config: BaseConfig | None = (
-            load_instance(grader_config, BaseConfig, role="grader_config") if grader_config else None
+        self.grader_config: GraderConfig | None = (
+            load_instance(grader_config, GraderConfig, role="grader_config")
+            if grader_config
+            else None
         )
         self.max_concurrent: int | None = (
             self.workflow_config.concurrency.max_concurrent
@@ -169,19 +171,13 @@ class LocalBackend(ExecutionBackend):
 
     async def execute(self, request: ExecutionRequest) -> ExecutionOutcome:
         """Run the workflow, then the grader when grading applies, holding one slot for both."""
-        self._queued += 1
         async with self._slot():
-            self._queued -= 1
-            self._running += 1
-            try:
-                workflow = await self.run_workflow(request)
-                grader = (
-                    await self.run_grader(request, workflow)
-                    if self.grading_applies(request, workflow)
-                    else None
-                )
-            finally:
-                self._running -= 1
+            workflow = await self.run_workflow(request)
+            grader = (
+                await self.run_grader(request, workflow)
+                if self.grading_applies(request, workflow)
+                else None
+            )
         return ExecutionOutcome(workflow=workflow, grader=grader)
 
     def grading_applies(self, request: ExecutionRequest, workflow: ExecutionResult) -> bool:
@@ -196,10 +192,12 @@ class LocalBackend(ExecutionBackend):
     async def run_workflow(self, request: ExecutionRequest) -> ExecutionResult:
         """Run the workflow of one rollout; an exception it raises becomes a failed result."""
         config = copy.deepcopy(self.workflow_config)
+        # Own copies: a workflow that edits its prompt in place must not change the request,
+        # which a harness may retry or share between the samples of one row.
         ctx = AgentWorkflowContext(
-            prompt=request.prompt,
+            prompt=json_copy(request.prompt),
             config=config,
-            metadata=request.metadata,
+            metadata=json_copy(request.metadata),
             artifacts_dir=self.artifacts_dir(request.id),
         )
         rollout_ctx = _rollout_context(request.id)
@@ -220,7 +218,7 @@ class LocalBackend(ExecutionBackend):
         ctx = GraderContext(
             label=request.label,
             sample=workflow.sample,
-            metadata=request.metadata,
+            metadata=json_copy(request.metadata),
             artifacts_dir=self.artifacts_dir(request.id),
         )
         try:
@@ -245,11 +243,20 @@ class LocalBackend(ExecutionBackend):
 
     @contextlib.asynccontextmanager
     async def _slot(self) -> AsyncIterator[None]:
-        if self._limiter is None:
+        """Hold one concurrency slot, keeping the queued/running counts right on cancellation."""
+        self._queued += 1
+        try:
+            if self._limiter is not None:
+                await self._limiter.acquire()
+        finally:
+            self._queued -= 1
+        self._running += 1
+        try:
             yield
-            return
-        async with self._limiter:
-            yield
+        finally:
+            self._running -= 1
+            if self._limiter is not None:
+                self._limiter.release()
 
 
 def _mkdir_two_levels(path: Path) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
+from pydantic import ValidationError
+
 from osmosis_run.types import AgentWorkflowConfig, RolloutSample
 
 __all__ = [
@@ -52,6 +54,11 @@ class GraderContext:
         """
         if self.sample is None:
             raise ValueError("GraderContext has no sample to reward")
+        if reward is None:
+            # The field accepts None (an unrewarded sample); a reward of None is a grader bug.
+            raise ValidationError.from_exception_data(
+                "RolloutSample", [{"type": "float_type", "loc": ("reward",), "input": reward}]
+            )
         self.sample.reward = reward
 
 

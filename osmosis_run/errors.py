@@ -11,7 +11,7 @@ another run. Every message says what was wrong, where, and how to fix it, in one
     │   ├── ModuleNotFoundLoadError  the module named in the path does not exist
     │   ├── UserModuleImportError    importing the user's module raised (its traceback is __cause__)
     │   ├── AttributeNotFoundError   the module has no such attribute
-    │   └── WrongKindError           the attribute is not the kind of object expected (also a TypeError)
+    │   └── WrongKindError           the object is not of the kind expected (also a TypeError)
     ├── ConfigError                  an option or config file is invalid (usage error, exit 2)
     ├── DatasetError                 the dataset file cannot be read at all (exit 2)
     └── RunDirError                  the run directory cannot be used

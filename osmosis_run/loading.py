@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from osmosis_run.errors import (
     AttributeNotFoundError,
@@ -40,26 +40,27 @@ def import_from_string(path: str) -> Any:
     except Exception as exc:
         raise _user_import_error(path, exc) from exc
     obj: Any = module
-    for part in attrs.split("."):
-        obj = getattr(obj, part, None)
+    parts = attrs.split(".")
+    for index, part in enumerate(parts):
+        owner, obj = obj, getattr(obj, part, None)
         if obj is None:
-            raise AttributeNotFoundError(_missing_message(path, module, part))
+            owner_name = f"{module_name}:{'.'.join(parts[:index])}" if index else module_name
+            raise AttributeNotFoundError(_missing_message(path, owner, owner_name, part))
     return obj
 
 
-def load_class(ref: type[T] | str, base: type[T], *, role: str) -> type[T]:
+def load_class(ref: type[T] | str, base: type[object], *, role: str) -> type[T]:
     """Return ``ref`` (a class or an import path) checked to be a subclass of ``base``."""
+    # ``base`` is not ``type[T]``: mypy refuses abstract classes there (python/mypy#4717).
     obj = import_from_string(ref) if isinstance(ref, str) else ref
     if not (inspect.isclass(obj) and issubclass(obj, base)):
         raise WrongKindError(
-            f"{role} {_describe_ref(ref)} is {_kind(obj)}, expected a subclass of {base.__name__}"
+            f"{_subject(role, ref)} is {_kind(obj)}, expected a subclass of {base.__name__}"
         )
     if inspect.isabstract(obj):
         missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
-        raise WrongKindError(
-            f"{role} {_describe_ref(ref)} is abstract: implement {missing}"
-        )
-    return obj
+        raise WrongKindError(f"{_subject(role, ref)} is abstract: implement {missing}")
+    return cast("type[T]", obj)
 
 
 def load_instance(ref: T | str, base: type[T], *, role: str) -> T:
@@ -68,8 +69,7 @@ def load_instance(ref: T | str, base: type[T], *, role: str) -> T:
     if not isinstance(obj, base):
         hint = "; instantiate it in your module" if inspect.isclass(obj) else ""
         raise WrongKindError(
-            f"{role} {_describe_ref(ref)} is {_kind(obj)}, "
-            f"expected an instance of {base.__name__}{hint}"
+            f"{_subject(role, ref)} is {_kind(obj)}, expected an instance of {base.__name__}{hint}"
         )
     return obj
 
@@ -85,17 +85,22 @@ def _user_import_error(path: str, exc: BaseException) -> UserModuleImportError:
     )
 
 
-def _missing_message(path: str, module: Any, part: str) -> str:
-    names = [name for name in dir(module) if not name.startswith("_")]
+def _missing_message(path: str, owner: object, owner_name: str, part: str) -> str:
+    if hasattr(owner, part):  # present, but None: the SDK counts that as missing too
+        return f'cannot import "{path}": "{part}" in "{owner_name}" is None'
+    names = [name for name in dir(owner) if not name.startswith("_")]
     close = difflib.get_close_matches(part, names, n=1)
     hint = f'; did you mean "{close[0]}"?' if close else ""
-    return f'cannot import "{path}": "{module.__name__}" has no attribute "{part}"{hint}'
+    return f'cannot import "{path}": "{owner_name}" has no attribute "{part}"{hint}'
 
 
-def _describe_ref(ref: object) -> str:
+def _subject(role: str, ref: object) -> str:
+    """Name what was passed: the path as written, a class or function name, or just the role."""
     if isinstance(ref, str):
-        return f'"{ref}"'
-    return getattr(ref, "__qualname__", None) or repr(ref)
+        return f'{role} "{ref}"'
+    if inspect.isclass(ref) or inspect.isfunction(ref):
+        return f"{role} {ref.__qualname__}"
+    return role
 
 
 def _kind(obj: object) -> str:

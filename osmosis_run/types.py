@@ -105,7 +105,10 @@ def _reward(value: Any) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real | Decimal):
         raise ValueError(f"reward must be a finite number, got {type(value).__name__}")  # noqa: TRY004
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError as exc:  # e.g. 10**400; pydantic reports only ValueError
+        raise ValueError("reward must be a finite number, got a number out of float range") from exc
     if not math.isfinite(result):
         raise ValueError(f"reward must be a finite number, got {result}")
     return result

@@ -1,0 +1,236 @@
+"""``osmosis-run eval``: options -> EvalSettings -> Runner -> rendered summary -> exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from osmosis_run.cli import exit_codes
+
+if TYPE_CHECKING:
+    from osmosis_run.runner import RunOutcome, Runner
+    from osmosis_run.settings import EvalSettings
+
+_SELECT = "Selection"
+_RUN = "Execution"
+_OUT = "Output"
+_GATES = "Gates and reports"
+
+DatasetArg = Annotated[
+    str | None,
+    typer.Argument(help="JSONL dataset file, or - to read rows from stdin.", show_default=False),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="TOML config file with any of these options (see configs/)."),
+]
+
+
+def _opt(*names: str, help: str, panel: str = _RUN, **kw: Any) -> Any:  # noqa: A002
+    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the eval command to ``app``."""
+    app.command("eval", epilog=exit_codes.EXIT_CODES_HELP)(eval_command)
+
+
+def eval_command(  # noqa: PLR0913  (a command's options are its signature)
+    dataset: DatasetArg = None,
+    config: ConfigOpt = None,
+    workflow: Annotated[
+        str | None, _opt("--workflow", "-w", help="AgentWorkflow class as module:Class.")
+    ] = None,
+    grader: Annotated[str | None, _opt("--grader", "-g", help="Grader class as module:Class.")] = None,
+    workflow_config: Annotated[
+        str | None,
+        _opt("--workflow-config", help="AgentWorkflowConfig instance as module:attr."),
+    ] = None,
+    grader_config: Annotated[
+        str | None, _opt("--grader-config", help="GraderConfig instance as module:attr.")
+    ] = None,
+    samples: Annotated[
+        int | None, _opt("--samples", "-n", help="Rollouts per row (default 1).", panel=_SELECT)
+    ] = None,
+    limit: Annotated[
+        int | None, _opt("--limit", help="Run at most N rows.", panel=_SELECT)
+    ] = None,
+    offset: Annotated[
+        int | None, _opt("--offset", help="Skip the first K rows.", panel=_SELECT)
+    ] = None,
+    rows: Annotated[
+        str | None,
+        _opt("--rows", help='Row indices and ranges, 0-based: "3,7,10-20".', panel=_SELECT),
+    ] = None,
+    ids: Annotated[
+        str | None, _opt("--ids", help="Only rows with these ids: a,b,c.", panel=_SELECT)
+    ] = None,
+    shuffle: Annotated[
+        bool | None,
+        _opt("--shuffle/--no-shuffle", help="Run rows in a seeded random order.", panel=_SELECT),
+    ] = None,
+    seed: Annotated[
+        int | None, _opt("--seed", help="Seed for --shuffle (default 0).", panel=_SELECT)
+    ] = None,
+    shard: Annotated[
+        str | None,
+        _opt("--shard", help="Run shard I of N (I/N), stable by row key.", panel=_SELECT),
+    ] = None,
+    concurrency: Annotated[
+        str | None,
+        _opt(
+            "--concurrency",
+            "-c",
+            help="Rollouts in flight (default: the workflow config's limit, else 4); "
+            "0 or unlimited for no limit.",
+        ),
+    ] = None,
+    agent_timeout: Annotated[
+        float | None,
+        _opt("--agent-timeout", help="Seconds a workflow may run (from its start, not queue)."),
+    ] = None,
+    grader_timeout: Annotated[
+        float | None, _opt("--grader-timeout", help="Seconds a grader may run.")
+    ] = None,
+    retries: Annotated[
+        int | None,
+        _opt("--retries", help="Retry timeouts and agent errors up to R times (default 0)."),
+    ] = None,
+    chat_completions_url: Annotated[
+        str | None,
+        _opt(
+            "--chat-completions-url",
+            help="Model endpoint for every rollout's RolloutContext "
+            "(env OSMOSIS_CHAT_COMPLETIONS_URL).",
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        _opt("--api-key", help="API key for the endpoint (env OSMOSIS_API_KEY); never written."),
+    ] = None,
+    out: Annotated[
+        str | None,
+        _opt("--out", "-o", help="Run directory (default runs/<dataset>-<fingerprint>).", panel=_OUT),
+    ] = None,
+    fresh: Annotated[
+        bool | None, _opt("--fresh", help="Start the run directory over.", panel=_OUT)
+    ] = None,
+    retry_failed: Annotated[
+        bool | None,
+        _opt("--retry-failed", help="Run failed, timed-out and invalid rollouts again.", panel=_OUT),
+    ] = None,
+    jsonl: Annotated[
+        bool | None,
+        _opt("--jsonl", help="Stream each results line to stdout as it finishes.", panel=_OUT),
+    ] = None,
+    no_messages: Annotated[
+        bool | None,
+        _opt("--no-messages", help="Leave transcripts out of results lines.", panel=_OUT),
+    ] = None,
+    group_by: Annotated[
+        str | None,
+        _opt("--group-by", help="Break the summary down by metadata.KEY.", panel=_OUT),
+    ] = None,
+    pass_threshold: Annotated[
+        float | None,
+        _opt("--pass-threshold", help="A rollout passes when reward >= this (default 1.0).", panel=_GATES),
+    ] = None,
+    fail_under: Annotated[
+        list[str] | None,
+        _opt(
+            "--fail-under",
+            help="Exit 1 when a metric is below a value: mean=0.8, mean_graded=0.8, "
+            "pass_rate=0.9 (a bare number is mean). Repeatable.",
+            panel=_GATES,
+        ),
+    ] = None,
+    max_error_rate: Annotated[
+        str | None,
+        _opt(
+            "--max-error-rate",
+            help="Error budget: a count (3), fraction (0.05) or percentage (5%) of failed, "
+            "timed-out or invalid rollouts; beyond it exit 3 (default 0).",
+            panel=_GATES,
+        ),
+    ] = None,
+) -> None:
+    """Run a workflow (and grader) over a JSONL dataset and keep graded results.
+
+    Re-running the same command resumes the run: finished rollouts are skipped.
+    """
+    values = {
+        key: value
+        for key, value in locals().items()
+        if key not in ("config",) and value is not None
+    }
+    raise typer.Exit(run_eval(values, config))
+
+
+def run_eval(values: dict[str, Any], config: Path | None) -> int:
+    """Resolve settings, run, render; return the exit code."""
+    from osmosis_run.cli import render
+    from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.runner import Runner, add_import_path
+    from osmosis_run.settings import resolve_settings
+
+    add_import_path(Path.cwd())
+    try:
+        if config is not None:
+            add_import_path(config.parent)
+        settings = resolve_settings(values, config_file=config)
+        reporter = render.make_reporter(jsonl=settings.jsonl)
+        runner = Runner(settings, reporter=reporter)
+        runner.prepare()
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    outcome = asyncio.run(_run_with_signals(runner, reporter))
+    return _finish(settings, outcome)
+
+
+async def _run_with_signals(runner: Runner, reporter: Any) -> RunOutcome:
+    """Run, turning the first Ctrl-C or SIGTERM into a clean stop and the second into an exit."""
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    stops = 0
+
+    def on_signal() -> None:
+        nonlocal stops
+        stops += 1
+        if stops > 1:
+            os._exit(exit_codes.INTERRUPTED)
+        reporter.stopping()
+        runner.stop()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        return await runner.run()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        reporter.close()
+
+
+def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
+    from osmosis_run.cli import render
+    from osmosis_run.gates import check_error_budget, check_gates
+
+    render.print_summary(outcome)
+    if outcome.interrupted:
+        render.print_resume_hint(outcome.run_dir)
+        return exit_codes.INTERRUPTED
+    budget = check_error_budget(outcome.summary, settings.max_error_rate)
+    gates = check_gates(outcome.summary, settings.fail_under)
+    render.print_verdicts([*gates, budget])
+    if not budget.held:
+        return exit_codes.ERROR_BUDGET
+    if not all(g.held for g in gates):
+        return exit_codes.GATE_FAILED
+    return exit_codes.OK
+

@@ -1,0 +1,209 @@
+"""Everything the CLI shows: progress, the summary table, verdicts and errors, all on stderr.
+
+stdout carries only ``--jsonl`` results lines (and ``--json`` documents), so the command
+composes in pipelines.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from osmosis_run.gates import Verdict
+    from osmosis_run.records import ResultLine, Summary
+    from osmosis_run.runner import RunOutcome
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+PLAIN_EVERY_S = 5.0
+
+
+def print_error(exc: BaseException) -> None:
+    """Print a user-facing error in one line; a user's import error keeps its traceback."""
+    from osmosis_run.errors import UserModuleImportError
+
+    if isinstance(exc, UserModuleImportError) and exc.__cause__ is not None:
+        cause = exc.__cause__
+        sys.stderr.write("".join(traceback.format_exception(cause)))
+    err.print(f"error: {exc}", markup=False)
+
+
+class Reporter:
+    """Progress of a run: a live bar on a terminal, periodic plain lines otherwise."""
+
+    def __init__(self, *, jsonl: bool, live: bool) -> None:
+        self.jsonl = jsonl
+        self.live = live
+        self.done = 0
+        self.errors = 0
+        self.reward_sum = 0.0
+        self.rewarded = 0
+        self.planned: int | None = None
+        self._start = time.monotonic()
+        self._next_plain = self._start + PLAIN_EVERY_S
+        self._progress: Any = None
+        self._task: Any = None
+
+    def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
+        """Announce the run and start the progress display."""
+        self.planned = planned
+        self.done = done
+        resumed = f", {done} already done" if done else ""
+        total = f"{planned} rollouts" if planned is not None else "rollouts from stdin"
+        err.print(f"osmosis-run: {total}{resumed} -> {run_dir}", markup=False)
+        self._start = time.monotonic()
+        if self.live:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]eval"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+            )
+            self._task = self._progress.add_task("eval", total=planned, completed=done, stats="")
+            self._progress.start()
+
+    def rollout_finished(self, line: ResultLine, text: str) -> None:
+        """Count one finished rollout (and stream it with --jsonl)."""
+        self.done += 1
+        if line.status in ("failure", "timeout", "invalid"):
+            self.errors += 1
+        if line.reward is not None:
+            self.rewarded += 1
+            self.reward_sum += line.reward
+        if self.jsonl:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, stats=self._stats())
+        elif time.monotonic() >= self._next_plain:
+            self._next_plain = time.monotonic() + PLAIN_EVERY_S
+            self._plain_line()
+
+    def _stats(self) -> str:
+        mean = f"mean {self.reward_sum / self.rewarded:.3f}" if self.rewarded else "mean -"
+        return f"{mean}  errors {self.errors}"
+
+    def _plain_line(self) -> None:
+        elapsed = time.monotonic() - self._start
+        of = f"/{self.planned}" if self.planned is not None else ""
+        err.print(
+            f"osmosis-run: {self.done}{of} rollouts, {self._stats()}, {elapsed:.0f}s elapsed",
+            markup=False,
+        )
+
+    def stopping(self) -> None:
+        """The first Ctrl-C arrived."""
+        self.close()
+        err.print(
+            "osmosis-run: stopping: cancelling rollouts in flight, keeping what finished "
+            "(Ctrl-C again to quit at once)",
+            markup=False,
+        )
+
+    def close(self) -> None:
+        """Stop the live display."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def make_reporter(*, jsonl: bool) -> Reporter:
+    """A reporter for this terminal (live only when stderr is one)."""
+    return Reporter(jsonl=jsonl, live=err.is_terminal)
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary_table(summary: Summary, *, title: str) -> Table:
+    """The summary as a two-column table."""
+    table = Table(title=title, show_header=False, title_justify="left", box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in summary_rows(summary):
+        table.add_row(label, value)
+    return table
+
+
+def summary_rows(s: Summary) -> list[tuple[str, str]]:
+    """The labelled lines of a summary, shared by the table and plain renderings."""
+    planned = f" of {s.planned}" if s.planned is not None else ""
+    counts = ", ".join(f"{n} {status}" for status, n in s.counts.items() if n) or "none"
+    rows = [("rollouts", f"{s.rollouts}{planned}: {counts}")]
+    if s.error_categories:
+        rows.append(("errors", ", ".join(f"{n} {c}" for c, n in s.error_categories.items())))
+    g, a = s.reward_graded, s.reward_all
+    rows.append(
+        (
+            "reward (graded)",
+            f"mean {_fmt(g.mean)}  std {_fmt(g.std)}  min {_fmt(g.min)}  "
+            f"median {_fmt(g.median)}  max {_fmt(g.max)}  (n={g.count})",
+        )
+    )
+    rows.append(("reward (all)", f"mean {_fmt(a.mean)}  std {_fmt(a.std)}  (n={a.count}, failures 0)"))
+    rows.append(
+        ("pass rate", f"{_fmt(s.pass_rate, '.1%')} ({s.passed}/{a.count} at reward >= {s.pass_threshold:g})")
+    )
+    if s.pass_at_k:
+        rows.append(("pass@k", "  ".join(f"k={p.k} {p.value:.3f}" for p in s.pass_at_k)))
+        rows.append(("pass^k", "  ".join(f"k={p.k} {p.value:.3f}" for p in s.pass_hat_k)))
+    for name, d in (("workflow ms", s.workflow_ms), ("grader ms", s.grader_ms)):
+        if d.count:
+            rows.append((name, f"p50 {_fmt(d.p50, '.1f')}  p90 {_fmt(d.p90, '.1f')}  p99 {_fmt(d.p99, '.1f')}"))
+    if s.wall_s is not None:
+        rate = f"{s.throughput_per_s:.1f}/s" if s.throughput_per_s else "-"
+        rows.append(("wall", f"{s.wall_s:.2f}s  ({rate})"))
+    for key, group in s.groups.items():
+        rows.append(
+            (
+                f"{s.group_by}={key}",
+                f"{group.rollouts} rollouts  mean {_fmt(group.mean_reward)}  "
+                f"pass {_fmt(group.pass_rate, '.1%')}  errors {group.errors}",
+            )
+        )
+    return rows
+
+
+def print_summary(outcome: RunOutcome) -> None:
+    """The end-of-run table and the first errors."""
+    summary = outcome.summary
+    state = "interrupted" if summary.interrupted else "finished"
+    err.print(summary_table(summary, title=f"osmosis-run: {state} {outcome.run_dir}"))
+    for example in summary.first_errors:
+        message = (example.error_message or "").splitlines()[0:1]
+        err.print(
+            f"  {example.status} {example.rollout_id}: {example.error_category}: "
+            f"{message[0] if message else ''}",
+            markup=False,
+        )
+
+
+def print_resume_hint(run_dir: Path) -> None:
+    """How to continue an interrupted run."""
+    command = shlex.join(["osmosis-run", *sys.argv[1:]])
+    err.print(f"osmosis-run: interrupted; resume with: {command}", markup=False)
+    err.print(f"osmosis-run: finished rollouts are kept in {run_dir}", markup=False)
+
+
+def print_verdicts(verdicts: Sequence[Verdict]) -> None:
+    """One line per gate."""
+    for verdict in verdicts:
+        mark = "ok" if verdict.held else "FAILED"
+        err.print(f"{mark}: {verdict.message}", markup=False)

@@ -1,0 +1,9 @@
+"""`osmosis-run validate` (placeholder until the command lands)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the validate command to ``app`` (nothing yet)."""

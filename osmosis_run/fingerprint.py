@@ -1,0 +1,63 @@
+"""What a run is made from, so that a resume never mixes two versions in one set of metrics.
+
+The fingerprint holds the dataset's content hash, the workflow and grader paths and a hash of
+the source of the modules that define them, the configs, the samples and the selection. The
+default run directory is named from the dataset and a hash of the fingerprint, so the same
+command finds the same run again, and a changed input gets a directory of its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from osmosis_run.dataset import sha256_file
+from osmosis_run.selection import Selection
+from osmosis_run.settings import EvalSettings
+
+__all__ = ["build_fingerprint", "default_run_dir", "source_hash"]
+
+
+def source_hash(obj: type | None) -> str | None:
+    """SHA-256 of the source file of the module that defines ``obj`` (None when unknown)."""
+    if obj is None:
+        return None
+    module = sys.modules.get(obj.__module__)
+    try:
+        path = inspect.getsourcefile(module) if module is not None else None
+    except TypeError:
+        path = None
+    if path is None or not Path(path).is_file():
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def build_fingerprint(
+    settings: EvalSettings, selection: Selection, workflow: type, grader: type | None
+) -> dict[str, Any]:
+    """The inputs that decide a run's results, as plain JSON values."""
+    s = settings
+    dataset = s.dataset or "-"
+    return {
+        "dataset": "stdin" if dataset == "-" else sha256_file(dataset),
+        "workflow": s.workflow,
+        "workflow_source": source_hash(workflow),
+        "grader": s.grader,
+        "grader_source": source_hash(grader),
+        "workflow_config": [s.workflow_config, s.workflow_config_overrides],
+        "grader_config": [s.grader_config, s.grader_config_overrides],
+        "samples": s.samples,
+        "selection": json.loads(selection.model_dump_json()),
+    }
+
+
+def default_run_dir(settings: EvalSettings, fingerprint: dict[str, Any]) -> Path:
+    """``runs/<dataset-stem>-<8 hex of the fingerprint>``."""
+    text = json.dumps(fingerprint, sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    stem = "stdin" if settings.dataset in (None, "-") else Path(settings.dataset or "").stem
+    return Path(settings.runs_dir) / f"{stem}-{digest}"

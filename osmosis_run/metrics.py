@@ -1,0 +1,255 @@
+"""Summary statistics of a run, accumulated one result at a time in memory independent of size.
+
+Means, standard deviations, minima and maxima are exact. Medians and percentiles come from a
+histogram of values rounded to a few significant digits (rewards: 6, latencies: 4), so memory
+grows with the number of distinct values, not with the number of rollouts. pass@k needs each
+row's pass count and is kept only when a run draws two or more samples per row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+
+from osmosis_run.records import (
+    ERROR_STATUSES,
+    Distribution,
+    ErrorExample,
+    GroupSummary,
+    KPoint,
+    ResultLine,
+    Summary,
+)
+
+__all__ = ["MetricsAccumulator", "pass_at_k", "pass_hat_k", "summarize"]
+
+FIRST_ERRORS = 5
+
+
+class _Sketch:
+    """Exact count, mean, std, min, max; quantiles from a rounded-value histogram."""
+
+    __slots__ = ("_digits", "count", "histogram", "high", "low", "total", "total_sq")
+
+    def __init__(self, digits: int) -> None:
+        self._digits = digits
+        self.count = 0
+        self.total = 0.0
+        self.total_sq = 0.0
+        self.low = math.inf
+        self.high = -math.inf
+        self.histogram: Counter[float] = Counter()
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        self.total_sq += value * value
+        self.low = min(self.low, value)
+        self.high = max(self.high, value)
+        self.histogram[float(f"{value:.{self._digits}g}")] += 1
+
+    def distribution(self) -> Distribution:
+        if not self.count:
+            return Distribution()
+        mean = self.total / self.count
+        variance = max(self.total_sq / self.count - mean * mean, 0.0)
+        values = sorted(self.histogram.items())
+        return Distribution(
+            count=self.count,
+            mean=mean,
+            std=math.sqrt(variance),
+            min=self.low,
+            max=self.high,
+            median=(_at_rank(values, (self.count - 1) // 2) + _at_rank(values, self.count // 2))
+            / 2,
+            p50=_percentile(values, self.count, 0.50),
+            p90=_percentile(values, self.count, 0.90),
+            p99=_percentile(values, self.count, 0.99),
+        )
+
+
+def _at_rank(values: list[tuple[float, int]], rank: int) -> float:
+    seen = 0
+    for value, count in values:
+        seen += count
+        if rank < seen:
+            return value
+    return values[-1][0]
+
+
+def _percentile(values: list[tuple[float, int]], count: int, q: float) -> float:
+    """Nearest-rank percentile."""
+    return _at_rank(values, max(math.ceil(q * count) - 1, 0))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased probability that at least one of k samples out of n (c passing) passes."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_hat_k(n: int, c: int, k: int) -> float:
+    """Unbiased probability that all of k samples out of n (c passing) pass."""
+    return math.comb(c, k) / math.comb(n, k)
+
+
+class _Group:
+    __slots__ = ("errors", "passed", "reward_sum", "rollouts", "scored")
+
+    def __init__(self) -> None:
+        self.rollouts = self.errors = self.passed = self.scored = 0
+        self.reward_sum = 0.0
+
+    def summary(self) -> GroupSummary:
+        return GroupSummary(
+            rollouts=self.rollouts,
+            errors=self.errors,
+            mean_reward=self.reward_sum / self.scored if self.scored else None,
+            pass_rate=self.passed / self.scored if self.scored else None,
+        )
+
+
+class MetricsAccumulator:
+    """Fold ``ResultLine`` objects into a ``Summary``.
+
+    Denominators: "graded" counts rollouts with a reward; "all" (and the pass rate) counts every
+    attempted rollout, a failed, timed-out or invalid one scoring 0; ungraded and removed
+    rollouts have no reward by design and are in neither.
+    """
+
+    def __init__(
+        self, *, pass_threshold: float = 1.0, samples: int = 1, group_by: str | None = None
+    ) -> None:
+        self.pass_threshold = pass_threshold
+        self.samples = samples
+        self.group_by = group_by
+        self.counts: Counter[str] = Counter()
+        self.categories: Counter[str] = Counter()
+        self.reward_graded = _Sketch(6)
+        self.reward_all = _Sketch(6)
+        self.workflow_ms = _Sketch(4)
+        self.grader_ms = _Sketch(4)
+        self.passed = 0
+        self.per_row: dict[str, list[int]] = {}
+        self.groups: dict[str, _Group] = {}
+        self.first_errors: list[ErrorExample] = []
+
+    def add(self, line: ResultLine) -> None:
+        """Count one finished rollout."""
+        self.counts[line.status] += 1
+        is_error = line.status in ERROR_STATUSES
+        if is_error:
+            self._add_error(line)
+        if line.workflow_ms is not None:
+            self.workflow_ms.add(line.workflow_ms)
+        if line.grader_ms is not None:
+            self.grader_ms.add(line.grader_ms)
+        scored = line.reward is not None or is_error
+        if not scored:
+            return
+        reward = line.reward if line.reward is not None else 0.0
+        passed = line.reward is not None and line.reward >= self.pass_threshold
+        if line.reward is not None:
+            self.reward_graded.add(line.reward)
+        self.reward_all.add(reward)
+        self.passed += passed
+        if self.samples >= 2:
+            tally = self.per_row.setdefault(line.rollout_id.rpartition(".s")[0], [0, 0])
+            tally[0] += 1
+            tally[1] += passed
+        if self.group_by is not None:
+            self._add_to_group(line, reward, passed, is_error)
+
+    def _add_error(self, line: ResultLine) -> None:
+        if line.error_category:
+            self.categories[line.error_category] += 1
+        if len(self.first_errors) < FIRST_ERRORS:
+            self.first_errors.append(
+                ErrorExample(
+                    rollout_id=line.rollout_id,
+                    status=line.status,
+                    error_category=line.error_category,
+                    error_message=line.error_message,
+                )
+            )
+
+    def _add_to_group(self, line: ResultLine, reward: float, passed: bool, is_error: bool) -> None:
+        key = _group_key(line, self.group_by or "")
+        group = self.groups.setdefault(key, _Group())
+        group.rollouts += 1
+        group.errors += is_error
+        group.scored += 1
+        group.passed += passed
+        group.reward_sum += reward
+
+    def summary(self, *, planned: int | None = None, wall_s: float | None = None) -> Summary:
+        """The summary of everything added so far."""
+        rollouts = sum(self.counts.values())
+        errors = sum(self.counts[s] for s in ERROR_STATUSES)
+        scored = self.reward_all.count
+        at_k, hat_k = self._k_curves()
+        return Summary(
+            rollouts=rollouts,
+            planned=planned,
+            complete=planned is not None and rollouts >= planned,
+            counts={status: self.counts[status] for status in sorted(self.counts)},
+            error_categories=dict(sorted(self.categories.items())),
+            errors=errors,
+            error_rate=errors / rollouts if rollouts else 0.0,
+            reward_graded=self.reward_graded.distribution(),
+            reward_all=self.reward_all.distribution(),
+            pass_threshold=self.pass_threshold,
+            passed=self.passed,
+            pass_rate=self.passed / scored if scored else None,
+            samples_per_row=self.samples,
+            pass_at_k=at_k,
+            pass_hat_k=hat_k,
+            workflow_ms=self.workflow_ms.distribution(),
+            grader_ms=self.grader_ms.distribution(),
+            wall_s=wall_s,
+            throughput_per_s=rollouts / wall_s if wall_s else None,
+            group_by=self.group_by,
+            groups={key: group.summary() for key, group in sorted(self.groups.items())},
+            first_errors=list(self.first_errors),
+        )
+
+    def _k_curves(self) -> tuple[list[KPoint], list[KPoint]]:
+        at_k: list[KPoint] = []
+        hat_k: list[KPoint] = []
+        k = 1
+        while self.samples >= 2 and k <= self.samples:
+            tallies = [(n, c) for n, c in self.per_row.values() if n >= k]
+            if tallies:
+                at_k.append(KPoint(k=k, value=_mean(pass_at_k(n, c, k) for n, c in tallies)))
+                hat_k.append(KPoint(k=k, value=_mean(pass_hat_k(n, c, k) for n, c in tallies)))
+            k *= 2
+        return at_k, hat_k
+
+
+def _group_key(line: ResultLine, group_by: str) -> str:
+    field = group_by.removeprefix("metadata.")
+    value = (line.metadata or {}).get(field)
+    return "(none)" if value is None else str(value)
+
+
+def _mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return sum(items) / len(items)
+
+
+def summarize(
+    lines: Iterable[ResultLine],
+    *,
+    pass_threshold: float = 1.0,
+    samples: int = 1,
+    group_by: str | None = None,
+) -> Summary:
+    """Summarise finished rollouts in one call."""
+    accumulator = MetricsAccumulator(
+        pass_threshold=pass_threshold, samples=samples, group_by=group_by
+    )
+    for line in lines:
+        accumulator.add(line)
+    return accumulator.summary()

@@ -1,0 +1,526 @@
+"""The eval engine: rows in, graded rollouts out, through a bounded window of tasks.
+
+One ``Runner`` is one ``osmosis-run eval``. ``prepare()`` does everything that can fail before a
+rollout runs (loading, configs, the run directory); ``run()`` streams the selected rows through
+``LocalBackend`` with at most ``concurrency`` rollouts in flight, enforces deadlines from the
+moment a rollout starts running, retries transient failures, and hands every finished rollout to
+the store and to the reporter. ``stop()`` (Ctrl-C) cancels what is in flight; what finished is
+kept, and the run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from osmosis_run import __version__
+from osmosis_run.atif import dumps_trajectory, trajectory_from_messages
+from osmosis_run.backend import LocalBackend
+from osmosis_run.context import RolloutContext
+from osmosis_run.dataset import Row, iter_rows, rollout_id
+from osmosis_run.errors import ConfigError, DatasetError
+from osmosis_run.fingerprint import build_fingerprint, default_run_dir
+from osmosis_run.loading import load_class, load_instance
+from osmosis_run.metrics import MetricsAccumulator
+from osmosis_run.records import ResultLine, Summary
+from osmosis_run.selection import Selection, parse_rows_spec, parse_shard, select
+from osmosis_run.serialize import dumps
+from osmosis_run.settings import EvalSettings, settings_to_toml
+from osmosis_run.store import RUN_CONFIG, RunStore
+from osmosis_run.types import (
+    AgentWorkflowConfig,
+    BaseConfig,
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutStatus,
+    json_copy,
+)
+from osmosis_run.workflow import AgentWorkflow, Grader
+
+__all__ = ["Reporter", "RunOutcome", "Runner"]
+
+TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
+
+
+class Reporter(Protocol):
+    """Receives progress; the CLI renders it. Called on the event loop: keep it cheap."""
+
+    def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
+        """The run is about to start: ``done`` rollouts were finished before."""
+
+    def rollout_finished(self, line: ResultLine, text: str) -> None:
+        """One rollout finished; ``text`` is its results.jsonl line."""
+
+
+@dataclass
+class RunOutcome:
+    """What a run left: where, its summary, and whether it was interrupted."""
+
+    run_dir: Path
+    summary: Summary
+    interrupted: bool
+
+
+@dataclass(slots=True)
+class _Job:
+    row: Row
+    sample_index: int
+    rollout_id: str
+    attempt_errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Runner:
+    """Run one evaluation described by ``EvalSettings``."""
+
+    def __init__(self, settings: EvalSettings, *, reporter: Reporter | None = None) -> None:
+        self.settings = settings
+        self.reporter = reporter
+        self.selection = _selection(settings)
+        self.store: RunStore | None = None
+        self.backend: LocalBackend | None = None
+        self.planned: int | None = None
+        self._finished: set[str] = set()
+        self._metrics = MetricsAccumulator(
+            pass_threshold=settings.pass_threshold,
+            samples=settings.samples,
+            group_by=settings.group_by,
+        )
+        self._stopping = False
+        self._main: asyncio.Task[Any] | None = None
+        self._started = 0.0
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory (after ``prepare``)."""
+        if self.store is None:
+            raise RuntimeError("call prepare() first")
+        return self.store.dir
+
+    def prepare(self) -> None:
+        """Load the user's classes and configs, check the dataset, open the run directory.
+
+        Raises:
+            OsmosisRunError: anything that stops the run before it starts (exit code 2).
+        """
+        s = self.settings
+        if not s.dataset:
+            raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
+        if not s.workflow:
+            raise ConfigError("no workflow: give --workflow module:Class")
+        if s.dataset != "-" and not Path(s.dataset).is_file():
+            raise DatasetError(f"dataset {s.dataset} does not exist; check the path")
+        workflow_cls = load_class(s.workflow, AgentWorkflow, role="--workflow")
+        grader_cls = load_class(s.grader, Grader, role="--grader") if s.grader else None
+        workflow_config = _config(
+            s.workflow_config, s.workflow_config_overrides, AgentWorkflowConfig, "workflow_config"
+        )
+        grader_config = _config(
+            s.grader_config, s.grader_config_overrides, BaseConfig, "grader_config"
+        )
+        fingerprint = build_fingerprint(s, self.selection, workflow_cls, grader_cls)
+        run_dir = Path(s.out) if s.out else default_run_dir(s, fingerprint)
+        secrets = (s.api_key,) if s.api_key else ()
+        self.store = RunStore(run_dir, secrets=secrets)
+        self.store.open(fingerprint, fresh=s.fresh)
+        self.backend = LocalBackend(
+            workflow=workflow_cls,
+            workflow_config=workflow_config,
+            grader=grader_cls,
+            grader_config=grader_config,
+            artifact_root=self.store.rollouts_dir,
+        )
+        for line in self.store.load_finished(drop_failed=s.retry_failed):
+            self._finished.add(line.rollout_id)
+            self._metrics.add(line)
+        self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
+        self.planned = _count_planned(s, self.selection)
+
+    @property
+    def concurrency(self) -> int | None:
+        """Rollouts in flight at most (None: no limit)."""
+        if self.settings.concurrency is not None:
+            return self.settings.concurrency or None
+        return self.backend.max_concurrent if self.backend else None
+
+    def stop(self) -> None:
+        """Stop scheduling and cancel the rollouts in flight; ``run()`` then returns."""
+        if not self._stopping and self._main is not None:
+            self._stopping = True
+            self._main.cancel()
+
+    async def run(self) -> RunOutcome:
+        """Run every selected rollout not finished before; return the summary."""
+        if self.store is None:
+            self.prepare()
+        assert self.store is not None
+        self._main = asyncio.current_task()
+        self._started = time.perf_counter()
+        if self.reporter is not None:
+            self.reporter.started(
+                run_dir=self.store.dir, planned=self.planned, done=len(self._finished)
+            )
+        interrupted = False
+        s = self.settings
+        try:
+            with RolloutContext(chat_completions_url=s.chat_completions_url or "", api_key=s.api_key):
+                await self._execute()
+        except asyncio.CancelledError:
+            if not self._stopping or self._main is None:
+                raise
+            self._main.uncancel()
+            interrupted = True
+        finally:
+            summary = self.summary(interrupted=interrupted)
+            self.store.write_summary(summary)
+            self.store.close()
+        return RunOutcome(run_dir=self.store.dir, summary=summary, interrupted=interrupted)
+
+    def summary(self, *, interrupted: bool = False) -> Summary:
+        """The summary of what has finished so far."""
+        wall = time.perf_counter() - self._started if self._started else None
+        summary = self._metrics.summary(planned=self.planned, wall_s=wall)
+        summary.interrupted = interrupted
+        summary.complete = not interrupted and (
+            self.planned is None or summary.rollouts >= self.planned
+        )
+        return summary
+
+    async def _execute(self) -> None:
+        limit = self.concurrency
+        window = asyncio.Semaphore(limit) if limit else None
+        async with asyncio.TaskGroup() as group:
+            for job in self._jobs():
+                if job.row.error is not None:
+                    self._record(job, _invalid_line(job), result=None, request=None)
+                    continue
+                if window is not None:
+                    await window.acquire()
+                group.create_task(self._run_job(job, window))
+
+    def _jobs(self) -> Iterator[_Job]:
+        assert self.settings.dataset is not None
+        for row in select(iter_rows(self.settings.dataset), self.selection):
+            for k in range(self.settings.samples):
+                rid = rollout_id(row.part, k)
+                if rid not in self._finished:
+                    yield _Job(row, k, rid)
+
+    async def _run_job(self, job: _Job, window: asyncio.Semaphore | None) -> None:
+        try:
+            request = self._request(job)
+            attempts = self.settings.retries + 1
+            for attempt in range(1, attempts + 1):
+                outcome, timings = await self._attempt(request)
+                result = outcome.result
+                if attempt == attempts or result.err_category not in TRANSIENT:
+                    break
+                job.attempt_errors.append(_attempt_error(attempt, result))
+            line = self._line(job, outcome, timings, attempt)
+            self._record(job, line, result=outcome, request=request, timings=timings)
+        finally:
+            if window is not None:
+                window.release()
+
+    def _request(self, job: _Job) -> ExecutionRequest:
+        row, s = job.row, self.settings
+        return ExecutionRequest.model_construct(
+            id=job.rollout_id,
+            prompt=json_copy(row.prompt),
+            label=row.label,
+            metadata=json_copy(row.metadata),
+            agent_timeout_sec=s.agent_timeout,
+            grader_timeout_sec=s.grader_timeout,
+            grade=True,
+        )
+
+    async def _attempt(
+        self, request: ExecutionRequest
+    ) -> tuple[ExecutionOutcome, dict[str, float | None]]:
+        backend = self.backend
+        assert backend is not None
+        started = time.perf_counter()
+        workflow = await _deadline(
+            backend.run_workflow(request), request.agent_timeout_sec, "workflow", None
+        )
+        graded_at = time.perf_counter()
+        grader = None
+        if backend.grading_applies(request, workflow):
+            grader = await _deadline(
+                backend.run_grader(request, workflow),
+                request.grader_timeout_sec,
+                "grader",
+                workflow,
+            )
+        done = time.perf_counter()
+        timings = {
+            "workflow_ms": (graded_at - started) * 1000,
+            "grader_ms": (done - graded_at) * 1000 if grader is not None else None,
+        }
+        return ExecutionOutcome.model_construct(workflow=workflow, grader=grader), timings
+
+    def _line(
+        self, job: _Job, outcome: ExecutionOutcome, timings: dict[str, float | None], attempts: int
+    ) -> ResultLine:
+        result = outcome.result
+        sample = result.sample
+        status = _status(outcome)
+        reward = sample.reward if sample is not None and status == "success" else None
+        passed: bool | None = None
+        if status == "success":
+            passed = reward is not None and reward >= self.settings.pass_threshold
+        elif status in ("failure", "timeout"):
+            passed = False
+        messages = None if self.settings.no_messages or sample is None else sample.messages
+        return ResultLine.model_construct(
+            **_row_fields(job),
+            status=status,
+            error_category=str(result.err_category) if result.err_category else None,
+            error_message=result.err_message,
+            reward=reward,
+            passed=passed,
+            attempts=attempts,
+            workflow_ms=_round(timings["workflow_ms"]),
+            grader_ms=_round(timings["grader_ms"]),
+            metrics=dict(sample.metrics) if sample is not None else {},
+            messages=messages,
+            label=job.row.label,
+            metadata=job.row.metadata,
+            finished_at=round(time.time(), 3),
+        )
+
+    def _record(
+        self,
+        job: _Job,
+        line: ResultLine,
+        *,
+        result: ExecutionOutcome | None,
+        request: ExecutionRequest | None,
+        timings: dict[str, float | None] | None = None,
+    ) -> None:
+        assert self.store is not None
+        text = dumps(line.__dict__)
+        doc = _result_document(job, line, result, request, timings)
+        trajectory = self._trajectory(line, result)
+        self.store.write_rollout(job.rollout_id, line=text, result=doc, trajectory=trajectory)
+        self._metrics.add(line)
+        if self.reporter is not None:
+            self.reporter.rollout_finished(line, self.store.redact(text))
+
+    def _trajectory(self, line: ResultLine, outcome: ExecutionOutcome | None) -> str | None:
+        sample = outcome.result_to_save.sample if outcome is not None else None
+        if sample is None or not sample.trajectory_messages:
+            return None
+        doc = trajectory_from_messages(
+            sample.trajectory_messages,
+            rollout_id=line.rollout_id,
+            agent_version=__version__,
+            label=sample.label,
+            reward=sample.reward,
+            sample_metrics=sample.metrics,
+            sample_extra_fields=sample.extra_fields,
+            request_metadata=line.metadata,
+        )
+        return dumps_trajectory(doc) if doc is not None else None
+
+
+async def _deadline(
+    work: Any, timeout: float | None, stage: str, workflow: ExecutionResult | None
+) -> ExecutionResult:
+    """Await ``work`` within ``timeout`` seconds; past it, a timeout result (the sample kept)."""
+    if timeout is None:
+        result: ExecutionResult = await work
+        return result
+    try:
+        async with asyncio.timeout(timeout) as scope:
+            result = await work
+    except TimeoutError:
+        return _timed_out(stage, timeout, workflow)
+    if scope.expired():  # the user's code swallowed the cancellation, or blocked
+        return _timed_out(stage, timeout, workflow)
+    return result
+
+
+def _timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> ExecutionResult:
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        sample=workflow.sample if workflow is not None else None,
+        err_message=f"{stage} exceeded its {timeout:g}s deadline",
+        err_category=RolloutErrorCategory.TIMEOUT,
+        extra_fields={"stage": stage},
+    )
+
+
+def _status(outcome: ExecutionOutcome) -> str:
+    result = outcome.result
+    if result.status != RolloutStatus.SUCCESS:
+        return "timeout" if result.err_category == RolloutErrorCategory.TIMEOUT else "failure"
+    if outcome.grader is None:
+        return "ungraded"
+    if result.sample is not None and result.sample.remove_sample:
+        return "removed"
+    return "success"
+
+
+def _row_fields(job: _Job) -> dict[str, Any]:
+    return {
+        "rollout_id": job.rollout_id,
+        "row_index": job.row.index,
+        "row_id": job.row.id,
+        "line": job.row.line,
+        "sample_index": job.sample_index,
+    }
+
+
+def _invalid_line(job: _Job) -> ResultLine:
+    return ResultLine.model_construct(
+        **_row_fields(job),
+        status="invalid",
+        error_category="invalid_row",
+        error_message=job.row.error,
+        reward=None,
+        passed=False,
+        attempts=0,
+        workflow_ms=None,
+        grader_ms=None,
+        metrics={},
+        messages=None,
+        label=None,
+        metadata=None,
+        finished_at=round(time.time(), 3),
+    )
+
+
+def _attempt_error(attempt: int, result: ExecutionResult) -> dict[str, Any]:
+    diagnostics = result.extra_fields or {}
+    return {
+        "attempt": attempt,
+        "error_category": str(result.err_category) if result.err_category else None,
+        "error_message": result.err_message,
+        "traceback": diagnostics.get("traceback"),
+    }
+
+
+def _result_document(
+    job: _Job,
+    line: ResultLine,
+    outcome: ExecutionOutcome | None,
+    request: ExecutionRequest | None,
+    timings: dict[str, float | None] | None,
+) -> str:
+    """result.json: the whole story of one rollout, for a person debugging it."""
+    doc: dict[str, Any] = {
+        "rollout_id": job.rollout_id,
+        "row": {"index": job.row.index, "line": job.row.line, "id": job.row.id},
+        "sample_index": job.sample_index,
+        "status": line.status,
+        "reward": line.reward,
+        "attempts": line.attempts,
+        "error": None,
+        "request": request.model_dump(mode="json") if request is not None else None,
+        "timings": {**(timings or {}), "finished_at": line.finished_at},
+    }
+    if line.error_message is not None:
+        doc["error"] = {"category": line.error_category, "message": line.error_message}
+    if outcome is not None:
+        result = outcome.result
+        diagnostics = result.extra_fields or {}
+        if doc["error"] is not None:
+            doc["error"].update(stage=diagnostics.get("stage"), traceback=diagnostics.get("traceback"))
+        sample = outcome.result_to_save.sample
+        doc["sample"] = sample.model_dump(mode="json") if sample is not None else None
+        doc["workflow"] = _brief(outcome.workflow)
+        doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
+    if job.attempt_errors:
+        doc["previous_attempts"] = job.attempt_errors
+    return dumps(doc, indent=2)
+
+
+def _brief(result: ExecutionResult) -> dict[str, Any]:
+    return {
+        "status": str(result.status),
+        "err_category": str(result.err_category) if result.err_category else None,
+        "err_message": result.err_message,
+    }
+
+
+def _round(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 3)
+
+
+def _selection(s: EvalSettings) -> Selection:
+    return Selection(
+        offset=s.offset,
+        limit=s.limit,
+        rows=parse_rows_spec(s.rows) if s.rows else None,
+        ids=frozenset(s.ids) if s.ids is not None else None,
+        shard=parse_shard(s.shard) if s.shard else None,
+        shuffle=s.shuffle,
+        seed=s.seed,
+    )
+
+
+def _config(
+    ref: str | None, overrides: dict[str, Any], base: type[BaseConfig], key: str
+) -> Any:
+    """Load a config instance and apply a config file's ``[workflow_config]`` overrides."""
+    if not ref:
+        if overrides:
+            raise ConfigError(
+                f"[{key}] overrides need an instance to override: add `from = \"module:attr\"` "
+                f"to the table, or --{key.replace('_', '-')}"
+            )
+        return None
+    instance = load_instance(ref, base, role=f"--{key.replace('_', '-')}")
+    if not overrides:
+        return instance
+    known = set(type(instance).model_fields) | set(instance.model_extra or {})
+    for name in overrides:
+        if name not in known:
+            raise ConfigError(
+                f'[{key}] has no field "{name}" (fields of {type(instance).__name__}: '
+                f"{', '.join(sorted(known))})"
+            )
+    try:
+        return type(instance).model_validate({**instance.model_dump(), **overrides})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise ConfigError(f"[{key}] {where}: {error['msg']} (got {error['input']!r})") from None
+
+
+def _count_planned(s: EvalSettings, selection: Selection) -> int | None:
+    """How many rollouts the selection holds (None for stdin)."""
+    if s.dataset is None or s.dataset == "-":
+        return None
+    if selection.ids is not None or selection.shard is not None or selection.shuffle:
+        rows = sum(1 for _ in select(iter_rows(s.dataset), selection))
+        return rows * s.samples
+    with open(s.dataset, "rb") as f:
+        total = sum(1 for raw in f if raw.strip())
+    indices = range(selection.offset, total)
+    if selection.rows is not None:
+        ranges = selection.rows
+        count = sum(1 for i in indices if any(lo <= i <= hi for lo, hi in ranges))
+    else:
+        count = len(indices)
+    if selection.limit is not None:
+        count = min(count, selection.limit)
+    return count * s.samples
+
+
+def add_import_path(folder: Path) -> None:
+    """Make ``folder`` importable for ``module:attr`` paths (the cwd, a config's folder)."""
+    text = os.fspath(folder.resolve())
+    if text not in sys.path:
+        sys.path.insert(0, text)
+

@@ -1,0 +1,329 @@
+"""The options of ``osmosis-run eval`` as one model, and where each value comes from.
+
+Precedence, highest first (tested pair by pair):
+
+    1. the command line
+    2. the environment: ``OSMOSIS_RUN_<OPTION>`` (e.g. ``OSMOSIS_RUN_CONCURRENCY=8``), plus
+       ``OSMOSIS_CHAT_COMPLETIONS_URL`` and ``OSMOSIS_API_KEY`` for the model endpoint
+    3. the config file (``--config FILE.toml``), including an Osmosis ``[evaluation]`` table
+    4. the defaults below
+
+Paths in a config file are relative to the file's folder, and that folder is importable for the
+file's ``module:attr`` paths.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+
+import tomli_w
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from osmosis_run.errors import ConfigError
+
+__all__ = [
+    "ENV_PREFIX",
+    "EvalSettings",
+    "Gate",
+    "load_config_file",
+    "parse_concurrency",
+    "parse_error_budget",
+    "parse_gate",
+    "resolve_settings",
+    "settings_to_toml",
+]
+
+ENV_PREFIX = "OSMOSIS_RUN_"
+
+GateMetric = Literal["mean", "mean_graded", "pass_rate"]
+
+
+class Gate(BaseModel):
+    """A quality gate: the run fails (exit 1) when ``metric`` is below ``threshold``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    metric: GateMetric
+    threshold: float
+
+
+class EvalSettings(BaseModel):
+    """Everything one ``osmosis-run eval`` needs, resolved from all sources."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    dataset: str | None = None
+    workflow: str | None = None
+    grader: str | None = None
+    workflow_config: str | None = None
+    grader_config: str | None = None
+    workflow_config_overrides: dict[str, Any] = Field(default_factory=dict)
+    grader_config_overrides: dict[str, Any] = Field(default_factory=dict)
+    out: str | None = None
+    runs_dir: str = "runs"
+    samples: int = Field(1, ge=1)
+    limit: int | None = Field(None, ge=0)
+    offset: int = Field(0, ge=0)
+    rows: str | None = None
+    ids: list[str] | None = None
+    shuffle: bool = False
+    seed: int = 0
+    shard: str | None = None
+    concurrency: int | None = Field(None, ge=0)
+    agent_timeout: float | None = Field(None, gt=0)
+    grader_timeout: float | None = Field(None, gt=0)
+    retries: int = Field(0, ge=0)
+    chat_completions_url: str | None = None
+    api_key: str | None = Field(None, repr=False, exclude=True)
+    pass_threshold: float = 1.0
+    fail_under: list[Gate] = Field(default_factory=list)
+    max_error_rate: float | int = 0
+    fresh: bool = False
+    retry_failed: bool = False
+    jsonl: bool = False
+    no_messages: bool = False
+    group_by: str | None = None
+    html: str | None = None
+    junit: str | None = None
+    baseline: str | None = None
+    fail_on_regression: float | None = None
+    dry_run: bool = False
+
+    @field_validator("pass_threshold")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("group_by")
+    @classmethod
+    def _metadata_key(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("metadata.") or value == "metadata.":
+            raise ValueError('must look like "metadata.KEY"')
+        return value
+
+
+# Config-file and environment keys that differ from field names, or take special parsing.
+_EVALUATION_KEYS = {
+    "n": "samples",
+    "limit": "limit",
+    "batch_size": "concurrency",
+    "pass_threshold": "pass_threshold",
+    "agent_workflow_timeout_s": "agent_timeout",
+    "grader_timeout_s": "grader_timeout",
+}
+_TABLES = {"workflow_config": "workflow_config_overrides", "grader_config": "grader_config_overrides"}
+_PATH_KEYS = ("dataset", "out", "runs_dir", "html", "junit", "baseline")
+_NOT_FROM_FILE = ("api_key",)
+
+
+def parse_concurrency(value: str | int | None) -> int | None:
+    """``"unlimited"`` or ``0`` means no limit (returned as 0); else a positive integer."""
+    if value is None or isinstance(value, int):
+        return value
+    if value.strip().lower() in ("unlimited", "none", "inf"):
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(
+            f'concurrency "{value}" is not a number; use a positive integer, or 0 or "unlimited"'
+        ) from None
+
+
+def parse_gate(spec: str) -> Gate:
+    """Parse ``"pass_rate=0.9"``, ``"mean=0.8"``, ``"mean_graded=0.8"`` or a bare ``"0.8"`` (mean).
+
+    Raises:
+        ConfigError: the spec is malformed.
+    """
+    metric, eq, number = spec.partition("=")
+    if not eq:
+        metric, number = "mean", spec
+    try:
+        return Gate(metric=metric.strip(), threshold=float(number))  # type: ignore[arg-type]
+    except (ValueError, ValidationError):
+        raise ConfigError(
+            f'--fail-under "{spec}": expected METRIC=VALUE with METRIC one of mean, '
+            "mean_graded, pass_rate (for example pass_rate=0.9)"
+        ) from None
+
+
+def parse_error_budget(value: str | float) -> float | int:
+    """A count (``"3"``) or a rate (``"0.05"`` or ``"5%"``) of failed or invalid rollouts.
+
+    Raises:
+        ConfigError: the value is malformed.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            return float(text[:-1]) / 100
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        raise ConfigError(
+            f'--max-error-rate "{value}": expected a count (3), a fraction (0.05) or a percentage'
+        ) from None
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a config file into settings keys, paths made absolute.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, or has an unknown key.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        _take_file_key(values, path, key, value)
+    base = path.parent
+    for key in _PATH_KEYS:
+        if isinstance(values.get(key), str) and values[key] != "-":
+            values[key] = str(base / values[key])
+    return values
+
+
+def _take_file_key(values: dict[str, Any], path: Path, key: str, value: Any) -> None:
+    if key == "evaluation":
+        _take_evaluation(values, path, value)
+    elif key in _TABLES:
+        if isinstance(value, dict):
+            # A table overrides fields; its `from` (a Python keyword, so never a field name)
+            # names the instance to start from.
+            overrides = dict(value)
+            if "from" in overrides:
+                values[key] = overrides.pop("from")
+            values[_TABLES[key]] = overrides
+        else:
+            values[key] = value
+    elif key in EvalSettings.model_fields and key not in _NOT_FROM_FILE:
+        values[key] = value
+    else:
+        raise ConfigError(f'{path}: unknown key "{key}"; see `osmosis-run eval --help` for the options')
+
+
+def _take_evaluation(values: dict[str, Any], path: Path, table: Any) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f'{path}: "evaluation" must be a table')
+    for key, value in table.items():
+        if key not in _EVALUATION_KEYS:
+            raise ConfigError(
+                f'{path}: unknown key "evaluation.{key}"; known: {", ".join(_EVALUATION_KEYS)}'
+            )
+        if key == "limit" and isinstance(value, int) and value <= 0:
+            continue  # Osmosis: a limit <= 0 means all rows
+        values[_EVALUATION_KEYS[key]] = value
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Settings keys from ``OSMOSIS_RUN_*`` variables (and the model endpoint variables)."""
+    values: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        key = name.removeprefix(ENV_PREFIX).lower()
+        if key not in EvalSettings.model_fields or key.endswith("_overrides"):
+            raise ConfigError(f"environment variable {name} is not an osmosis-run option")
+        values[key] = value
+    if "OSMOSIS_CHAT_COMPLETIONS_URL" in environ:
+        values.setdefault("chat_completions_url", environ["OSMOSIS_CHAT_COMPLETIONS_URL"])
+    if environ.get("OSMOSIS_API_KEY"):
+        values.setdefault("api_key", environ["OSMOSIS_API_KEY"])
+    return values
+
+
+def _normalise(values: dict[str, Any]) -> dict[str, Any]:
+    """Parse the option forms that are not plain pydantic types."""
+    if "concurrency" in values:
+        values["concurrency"] = parse_concurrency(values["concurrency"])
+    if "max_error_rate" in values:
+        values["max_error_rate"] = parse_error_budget(values["max_error_rate"])
+    gates = values.get("fail_under")
+    if isinstance(gates, str):
+        gates = [gates]
+    if isinstance(gates, list):
+        values["fail_under"] = [parse_gate(g) if isinstance(g, str) else g for g in gates]
+    elif isinstance(gates, dict):
+        values["fail_under"] = [parse_gate(f"{k}={v}") for k, v in gates.items()]
+    ids = values.get("ids")
+    if isinstance(ids, str):
+        values["ids"] = [part.strip() for part in ids.split(",") if part.strip()]
+    elif isinstance(ids, list):
+        values["ids"] = [str(part) for part in ids]
+    return values
+
+
+def resolve_settings(
+    cli: Mapping[str, Any],
+    *,
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> EvalSettings:
+    """Merge defaults < config file < environment < command line into ``EvalSettings``.
+
+    Raises:
+        ConfigError: a value is invalid; the message names the option and its source.
+    """
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if config_file is not None:
+        layers.append((str(config_file), _normalise(load_config_file(config_file))))
+    env = os.environ if environ is None else environ
+    layers.append(("environment", _normalise(from_environment(env))))
+    layers.append(("command line", _normalise({k: v for k, v in cli.items() if v is not None})))
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, values in layers:
+        merged.update(values)
+        origin.update(dict.fromkeys(values, source))
+    try:
+        return EvalSettings.model_validate(merged)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error["loc"] else "?"
+        where = origin.get(key, "defaults")
+        raise ConfigError(
+            f"{_option(key)} ({where}): {error['msg']} (got {error.get('input')!r})"
+        ) from None
+
+
+def _option(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+# Per-invocation switches that a saved configuration must not carry.
+_NOT_SAVED = {"api_key", "fresh", "retry_failed", "dry_run", "jsonl"}
+
+
+def settings_to_toml(settings: EvalSettings, *, run_dir: Path) -> str:
+    """The resolved settings as a config file that reproduces the run (never the API key)."""
+    data = settings.model_dump(exclude=_NOT_SAVED, exclude_none=True)
+    for key in _PATH_KEYS:
+        if key in data and data[key] != "-":
+            data[key] = os.path.abspath(data[key])
+    data["out"] = os.path.abspath(run_dir)
+    data["fail_under"] = [f"{g['metric']}={g['threshold']}" for g in data["fail_under"]]
+    for table, overrides_key in _TABLES.items():
+        overrides = data.pop(overrides_key)
+        path = data.pop(table, None)
+        if overrides:
+            data[table] = {"from": path, **overrides} if path else overrides
+        elif path:
+            data[table] = path
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    header = "# The resolved configuration of this run: osmosis-run eval --config run.toml\n"
+    return header + tomli_w.dumps({**scalars, **tables})

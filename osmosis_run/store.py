@@ -1,0 +1,205 @@
+"""The run directory, and the only code that writes it.
+
+    run.toml            the resolved configuration; ``--config run.toml`` reproduces the run
+    fingerprint.json    what the run was made from; a resume with other inputs is refused
+    results.jsonl       one ResultLine per finished rollout, appended (and flushed) as it finishes
+    summary.json        the Summary, rewritten at the end and on interrupt
+    rollouts/<id>/      artifacts/, trajectory.json (ATIF v1.7), result.json
+
+A rollout is finished when its line is in results.jsonl: its files are written first, so a hard
+kill leaves at most rollouts whose files exist but whose line does not; they run again on resume
+and overwrite those files. A torn last line is cut off on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from osmosis_run.errors import FingerprintMismatchError, RunDirError
+from osmosis_run.records import ResultLine, Summary
+
+__all__ = ["RunStore", "read_results", "read_summary"]
+
+RESULTS = "results.jsonl"
+SUMMARY = "summary.json"
+FINGERPRINT = "fingerprint.json"
+RUN_CONFIG = "run.toml"
+ROLLOUTS = "rollouts"
+REDACTED = "[REDACTED]"
+
+
+def read_results(run_dir: Path) -> Iterator[ResultLine]:
+    """Yield the results of a run directory, skipping a torn or corrupt line."""
+    path = run_dir / RESULTS
+    if not path.exists():
+        return
+    with path.open("rb") as f:
+        for raw in f:
+            line = _parse_line(raw)
+            if line is not None:
+                yield line
+
+
+def read_summary(run_dir: Path) -> Summary | None:
+    """The run's summary.json, or None when it has none yet."""
+    path = run_dir / SUMMARY
+    if not path.exists():
+        return None
+    return Summary.model_validate_json(path.read_bytes())
+
+
+def _parse_line(raw: bytes) -> ResultLine | None:
+    if not raw.endswith(b"\n"):
+        return None
+    try:
+        return ResultLine.model_validate_json(raw)
+    except ValidationError:
+        return None
+
+
+class RunStore:
+    """Open (or create) a run directory and write its files.
+
+    Args:
+        run_dir: the directory.
+        secrets: strings that must never be written (an API key); replaced by ``[REDACTED]``.
+    """
+
+    def __init__(self, run_dir: Path, *, secrets: tuple[str, ...] = ()) -> None:
+        self.dir = run_dir
+        self.rollouts_dir = run_dir / ROLLOUTS
+        self._secrets = tuple(s for s in secrets if s)
+        self._results: IO[str] | None = None
+
+    def is_run_dir(self) -> bool:
+        """Whether the directory holds an osmosis-run run."""
+        return (self.dir / FINGERPRINT).exists()
+
+    def open(self, fingerprint: Mapping[str, Any], *, fresh: bool) -> None:
+        """Create the directory, or check that it holds the same run; ``fresh`` starts over.
+
+        Raises:
+            FingerprintMismatchError: the directory holds a run with other inputs.
+            RunDirError: the directory exists and is not a run directory, or cannot be written.
+        """
+        self._claim(fresh)
+        path = self.dir / FINGERPRINT
+        if path.exists():
+            _compare(self.dir, json.loads(path.read_text(encoding="utf-8")), fingerprint)
+        try:
+            self.rollouts_dir.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                self.write_file(FINGERPRINT, json.dumps(dict(fingerprint), indent=2, sort_keys=True))
+        except OSError as exc:
+            raise RunDirError(f"cannot write run directory {self.dir}: {exc.strerror}") from None
+
+    def _claim(self, fresh: bool) -> None:
+        if not self.dir.exists():
+            return
+        if not self.dir.is_dir():
+            raise RunDirError(f"--out {self.dir} is a file; choose a directory")
+        if not self.is_run_dir() and any(self.dir.iterdir()):
+            raise RunDirError(
+                f"--out {self.dir} is not empty and is not an osmosis-run run directory; "
+                "choose another --out"
+            )
+        if fresh and self.is_run_dir():
+            shutil.rmtree(self.dir)
+
+    def load_finished(self, *, drop_failed: bool) -> list[ResultLine]:
+        """Read the finished rollouts back, cutting a torn last line.
+
+        With ``drop_failed``, failed, timed-out and invalid rollouts are removed from
+        results.jsonl so that they run again.
+        """
+        path = self.dir / RESULTS
+        if not path.exists():
+            return []
+        kept: dict[str, ResultLine] = {}
+        clean = True
+        with path.open("rb") as f:
+            for raw in f:
+                line = _parse_line(raw)
+                if line is None or (drop_failed and line.status in ("failure", "timeout", "invalid")):
+                    clean = False
+                    continue
+                clean = clean and line.rollout_id not in kept
+                kept[line.rollout_id] = line
+        if not clean:
+            self._rewrite_results(kept.values())
+        return list(kept.values())
+
+    def _rewrite_results(self, lines: Any) -> None:
+        text = "".join(line.model_dump_json() + "\n" for line in lines)
+        self.write_file(RESULTS, text)
+
+    def write_file(self, name: str, text: str) -> None:
+        """Write a whole top-level file: to a temporary name, then renamed into place."""
+        target = self.dir / name
+        temporary = target.with_name(f".{name}.tmp")
+        temporary.write_text(self.redact(text), encoding="utf-8")
+        os.replace(temporary, target)
+
+    def redact(self, text: str) -> str:
+        """Replace every secret in ``text``."""
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def rollout_dir(self, rollout_id: str) -> Path:
+        """``rollouts/<rollout_id>``, created if needed."""
+        path = self.rollouts_dir / rollout_id
+        path.mkdir(exist_ok=True)
+        return path
+
+    def write_rollout(
+        self, rollout_id: str, *, line: str, result: str, trajectory: str | None
+    ) -> None:
+        """Write one finished rollout: its files, then its results line (the commit point)."""
+        where = self.rollout_dir(rollout_id)
+        _write(where / "result.json", self.redact(result))
+        if trajectory is not None:
+            _write(where / "trajectory.json", self.redact(trajectory))
+        self.append_result(line)
+
+    def append_result(self, line: str) -> None:
+        """Append one JSON line to results.jsonl and hand it to the OS at once."""
+        if self._results is None:
+            self._results = (self.dir / RESULTS).open("a", encoding="utf-8")
+        self._results.write(self.redact(line) + "\n")
+        self._results.flush()
+
+    def write_summary(self, summary: Summary) -> None:
+        """Write summary.json."""
+        self.write_file(SUMMARY, summary.model_dump_json(indent=2) + "\n")
+
+    def close(self) -> None:
+        """Flush and close results.jsonl, making it durable."""
+        if self._results is not None:
+            self._results.flush()
+            os.fsync(self._results.fileno())
+            self._results.close()
+            self._results = None
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _compare(run_dir: Path, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    new = json.loads(json.dumps(dict(new)))  # compare as JSON: tuples are lists there
+    changed = sorted(key for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+    if changed:
+        raise FingerprintMismatchError(
+            f"{run_dir} holds a run made with other inputs (changed: {', '.join(changed)}); "
+            "add --fresh to start it over, or choose another --out"
+        )
