@@ -116,9 +116,9 @@ def safe_eval(expression: str) -> Number:
 
 
 def _evaluate(node: ast.expr) -> Number:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-        if not isinstance(node.value, bool):
-            return node.value
+    value = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return _BINARY[type(node.op)](_evaluate(node.left), _evaluate(node.right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:

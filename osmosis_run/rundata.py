@@ -1,0 +1,75 @@
+"""Read a run directory back (finished, interrupted or still running) for reports."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from osmosis_run.errors import RunDirError
+from osmosis_run.metrics import summarize
+from osmosis_run.records import ResultLine, Summary
+from osmosis_run.store import RESULTS, RUN_CONFIG, read_results, read_summary
+
+__all__ = ["RunData", "load_run"]
+
+
+class RunData(BaseModel):
+    """A run as reports see it: its results (one per rollout id) and their summary."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    run_dir: Path
+    config: dict[str, Any]
+    lines: list[ResultLine]
+    summary: Summary
+    stored_summary: Summary | None
+
+
+def load_run(
+    run_dir: Path, *, pass_threshold: float | None = None, group_by: str | None = None
+) -> RunData:
+    """Load ``run_dir``; the summary is recomputed from results.jsonl (the last line per id wins).
+
+    Raises:
+        RunDirError: the directory is not a run directory.
+    """
+    if not (run_dir / RESULTS).is_file() and not (run_dir / RUN_CONFIG).is_file():
+        raise RunDirError(
+            f"{run_dir} is not an osmosis-run run directory (no results.jsonl); "
+            "give the directory `osmosis-run eval` printed"
+        )
+    config = _read_config(run_dir)
+    by_id: dict[str, ResultLine] = {}
+    for line in read_results(run_dir):
+        by_id[line.rollout_id] = line
+    lines = list(by_id.values())
+    threshold = pass_threshold if pass_threshold is not None else config.get("pass_threshold", 1.0)
+    summary = summarize(
+        lines,
+        pass_threshold=float(threshold),
+        samples=int(config.get("samples", 1)),
+        group_by=group_by if group_by is not None else config.get("group_by"),
+    )
+    stored = read_summary(run_dir)
+    if stored is not None:
+        summary.planned = stored.planned
+        summary.interrupted = stored.interrupted
+        summary.wall_s = stored.wall_s
+        summary.throughput_per_s = stored.throughput_per_s
+        summary.complete = stored.complete and summary.rollouts >= (stored.planned or 0)
+    return RunData(
+        run_dir=run_dir, config=config, lines=lines, summary=summary, stored_summary=stored
+    )
+
+
+def _read_config(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / RUN_CONFIG
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RunDirError(f"{path}: cannot read the run's configuration: {exc}") from None
