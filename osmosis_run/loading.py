@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from osmosis_run.errors import (
@@ -49,13 +50,15 @@ def import_from_string(path: str) -> Any:
     return obj
 
 
-def load_class(ref: type[T] | str, base: type[object], *, role: str) -> type[T]:
+def load_class(ref: type[T] | str, base: Callable[..., T], *, role: str) -> type[T]:
     """Return ``ref`` (a class or an import path) checked to be a subclass of ``base``."""
-    # ``base`` is not ``type[T]``: mypy refuses abstract classes there (python/mypy#4717).
+    # ``base`` is typed as a callable, not ``type[T]``, because mypy refuses abstract classes
+    # for ``type[T]`` (python/mypy#4717); it is always a class.
+    base_cls = cast("type[object]", base)
     obj = import_from_string(ref) if isinstance(ref, str) else ref
-    if not (inspect.isclass(obj) and issubclass(obj, base)):
+    if not (inspect.isclass(obj) and issubclass(obj, base_cls)):
         raise WrongKindError(
-            f"{_subject(role, ref)} is {_kind(obj)}, expected a subclass of {base.__name__}"
+            f"{_subject(role, ref)} is {_kind(obj)}, expected a subclass of {base_cls.__name__}"
         )
     if inspect.isabstract(obj):
         missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))

@@ -132,9 +132,10 @@ def test_set_reward_none_names_the_problem() -> None:
 
 def test_set_reward_without_sample_is_a_value_error() -> None:
     ctx = GraderContext(label="x", sample=None)
-    with pytest.raises(ValueError, match="^GraderContext has no sample to reward$") as exc:
+    with pytest.raises(ValueError, match="no sample") as exc:
         ctx.set_reward(1.0)
     assert type(exc.value) is ValueError
+    assert str(exc.value) == "GraderContext has no sample to reward"
 
 
 # --- RolloutContext -----------------------------------------------------------------------
@@ -242,7 +243,7 @@ def test_second_sample_source_is_refused() -> None:
     ctx = RolloutContext(rollout_id="r")
     first = FixedSource(RolloutSample())
     ctx.set_sample_source(first)
-    with pytest.raises(ValueError) as exc:
+    with pytest.raises(ValueError, match="already has a sample source") as exc:
         ctx.set_sample_source(FixedSource(RolloutSample()))
     assert str(exc.value) == (
         "RolloutContext already has a sample source registered; "

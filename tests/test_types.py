@@ -42,7 +42,7 @@ def only_error(exc: pytest.ExceptionInfo[ValidationError]) -> dict[str, Any]:
 @pytest.mark.parametrize("config_cls", [BaseConfig, AgentWorkflowConfig, GraderConfig])
 def test_config_name_is_required(config_cls: type[BaseConfig]) -> None:
     with pytest.raises(ValidationError) as exc:
-        config_cls()
+        config_cls()  # type: ignore[call-arg]
     error = only_error(exc)
     assert (error["type"], error["loc"], error["msg"]) == ("missing", ("name",), "Field required")
 
@@ -105,7 +105,8 @@ def test_status_values_are_the_sdk_strings() -> None:
         "cancelled",
         "unknown",
     ]
-    assert RolloutStatus.SUCCESS == "success"
+    assert isinstance(RolloutStatus.SUCCESS, str)
+    assert f"{RolloutStatus.SUCCESS}" == "success"
     assert RolloutStatus("failure") is RolloutStatus.FAILURE
 
 
@@ -118,7 +119,7 @@ def test_error_category_values_are_the_sdk_strings() -> None:
         "agent_error",
         "internal_error",
     ]
-    assert RolloutErrorCategory.VALIDATION_ERROR == "validation_error"
+    assert f"{RolloutErrorCategory.VALIDATION_ERROR}" == "validation_error"
 
 
 # --- AgentWorkflowOutput ------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""Shared fixtures: run the CLI in-process, write datasets, read run directories back."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from osmosis_run.cli import app
+from osmosis_run.records import ResultLine
+from osmosis_run.store import read_results
+
+TESTS_DIR = Path(__file__).parent
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[..., Result]]:
+    """Run ``osmosis-run ARGS`` in-process from ``tmp_path``; returns the click Result."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+    for name in list(os.environ):
+        if name.startswith(("OSMOSIS_RUN_", "OSMOSIS_API_KEY", "OSMOSIS_CHAT")):
+            monkeypatch.delenv(name)
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None) -> Result:  # noqa: A002
+        return runner.invoke(app, list(args), input=input, catch_exceptions=False)
+
+    yield invoke
+
+
+def write_jsonl(path: Path, rows: Sequence[Any]) -> Path:
+    """Write rows (objects, or raw strings taken as lines) as a JSONL file."""
+    lines = [row if isinstance(row, str) else json.dumps(row) for row in rows]
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def results(run_dir: Path) -> list[ResultLine]:
+    """The results of a run directory, in file order."""
+    return list(read_results(run_dir))
+
+
+def qa_rows(n: int, **extra: Any) -> list[dict[str, Any]]:
+    """n rows whose echo answer is right for even rows and wrong for odd ones."""
+    return [
+        {"id": f"q{i}", "prompt": f"p{i}", "ground_truth": f"p{i}" if i % 2 == 0 else "x", **extra}
+        for i in range(n)
+    ]
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for an ``osmosis-run`` child process that can import the test flows."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), *sys.path])
+    env.update(extra)
+    return env

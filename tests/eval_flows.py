@@ -1,0 +1,115 @@
+"""Workflows and graders the eval tests run (importable as ``eval_flows``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from osmosis_run import (
+    AgentWorkflow,
+    AgentWorkflowConfig,
+    AgentWorkflowContext,
+    ConcurrencyConfig,
+    Grader,
+    GraderContext,
+    get_rollout_context,
+)
+
+_attempts: dict[str, int] = {}
+
+
+def _last_user(ctx: AgentWorkflowContext[Any]) -> str:
+    return str([m for m in ctx.prompt if m["role"] == "user"][-1]["content"])
+
+
+class Echo(AgentWorkflow[AgentWorkflowConfig]):
+    """Answer with the last user message."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        if ctx.artifacts_dir is not None:
+            (ctx.artifacts_dir / "echo.txt").write_text(_last_user(ctx))
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
+
+
+class Sleepy(AgentWorkflow[AgentWorkflowConfig]):
+    """Sleep metadata.sleep seconds (default 0.3), then echo."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        await asyncio.sleep(float((ctx.metadata or {}).get("sleep", 0.3)))
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
+
+
+class Forever(AgentWorkflow[AgentWorkflowConfig]):
+    """Never finish."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        await asyncio.sleep(3600)
+
+
+class Flaky(AgentWorkflow[AgentWorkflowConfig]):
+    """Fail with a transient error on the first attempt of each rollout."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        rollout = get_rollout_context()
+        assert rollout is not None
+        _attempts[rollout.rollout_id] = _attempts.get(rollout.rollout_id, 0) + 1
+        if _attempts[rollout.rollout_id] == 1:
+            raise ConnectionError("upstream hiccup")
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
+
+
+class Invalid(AgentWorkflow[AgentWorkflowConfig]):
+    """Always fail with a validation error."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        raise ValueError("bad output")
+
+
+class Leaky(AgentWorkflow[AgentWorkflowConfig]):
+    """Put the API key in an error message, as a careless workflow might."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        rollout = get_rollout_context()
+        assert rollout is not None
+        raise RuntimeError(f"auth failed for key {rollout.api_key}")
+
+
+class Marker(AgentWorkflow[AgentWorkflowConfig]):
+    """Echo, and leave a file named after the rollout in $EVAL_MARKERS (counts executions)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        await asyncio.sleep(float((ctx.metadata or {}).get("sleep", 0.05)))
+        rollout = get_rollout_context()
+        assert rollout is not None
+        marker = Path(os.environ["EVAL_MARKERS"]) / rollout.rollout_id
+        with marker.open("a") as f:
+            f.write("x")
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
+
+
+class ExactMatch(Grader):
+    """1.0 when the answer equals the label."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        ctx.set_reward(1.0 if ctx.sample.messages[-1]["content"] == ctx.label else 0.0)
+
+
+class SlowGrader(Grader):
+    """Never finish grading."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        await asyncio.sleep(3600)
+
+
+class Remover(Grader):
+    """Drop every sample."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        ctx.sample.remove_sample = True
+
+
+two_at_once = AgentWorkflowConfig(name="two", concurrency=ConcurrencyConfig(max_concurrent=2))
