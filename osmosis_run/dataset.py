@@ -111,7 +111,7 @@ def parse_row(text: str, *, index: int, line: int, name: str) -> Row:
     """Parse one JSONL line into a ``Row``; problems go into ``Row.error``, never raise."""
     where = f"{name}:{line}"
     try:
-        data = json.loads(text)
+        data = json.loads(text.rstrip())
     except json.JSONDecodeError as exc:
         return Row(
             index, line, None, None, error=f"{where}: invalid JSON: {exc.msg} (column {exc.colno})"

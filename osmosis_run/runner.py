@@ -11,6 +11,7 @@ kept, and the run resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -309,12 +310,17 @@ class Runner:
     ) -> None:
         assert self.store is not None
         text = dumps(line.__dict__)
+        if self.store.has_secrets:
+            # A workflow may put the key in an error message: keep it out of memory too.
+            redacted = self.store.redact(text)
+            if redacted != text:
+                text, line = redacted, ResultLine.model_construct(**json.loads(redacted))
         doc = _result_document(job, line, result, request, timings)
         trajectory = self._trajectory(line, result)
         self.store.write_rollout(job.rollout_id, line=text, result=doc, trajectory=trajectory)
         self._metrics.add(line)
         if self.reporter is not None:
-            self.reporter.rollout_finished(line, self.store.redact(text))
+            self.reporter.rollout_finished(line, text)
 
     def _trajectory(self, line: ResultLine, outcome: ExecutionOutcome | None) -> str | None:
         sample = outcome.result_to_save.sample if outcome is not None else None

@@ -78,6 +78,11 @@ class RunStore:
         self._secrets = tuple(s for s in secrets if s)
         self._results: IO[str] | None = None
 
+    @property
+    def has_secrets(self) -> bool:
+        """Whether anything must be redacted."""
+        return bool(self._secrets)
+
     def is_run_dir(self) -> bool:
         """Whether the directory holds an osmosis-run run."""
         return (self.dir / FINGERPRINT).exists()

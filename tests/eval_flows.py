@@ -52,10 +52,9 @@ class Flaky(AgentWorkflow[AgentWorkflowConfig]):
     """Fail with a transient error on the first attempt of each rollout."""
 
     async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
-        rollout = get_rollout_context()
-        assert rollout is not None
-        _attempts[rollout.rollout_id] = _attempts.get(rollout.rollout_id, 0) + 1
-        if _attempts[rollout.rollout_id] == 1:
+        key = str(ctx.artifacts_dir)  # unique per run directory and rollout
+        _attempts[key] = _attempts.get(key, 0) + 1
+        if _attempts[key] == 1:
             raise ConnectionError("upstream hiccup")
         return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
 

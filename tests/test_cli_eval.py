@@ -92,19 +92,22 @@ def test_invalid_rows_are_results_with_file_and_line(cli: Cli, tmp_path: Path) -
     invalid = [(line.line, line.rollout_id, line.error_message) for line in lines if line.status == "invalid"]
     name = str(data)
     assert invalid == [
-        (2, "row@1.s0", f"{name}:2: invalid JSON: Expecting value (column 28)"),
+        (2, "row@1.s0", f"{name}:2: invalid JSON: Expecting value (column 27)"),
         (3, "row@2.s0", f"{name}:3: a row must be a JSON object (got array)"),
-        (4, "row@3.s0", f'{name}:4: no prompt: give "messages", "prompt", or "user_prompt"'),
-        (5, "row@4.s0", f'{name}:5: "user_prompt" must be a string (got array)'),
+        (4, "noprompt.s0", f'{name}:4: no prompt: give "messages", "prompt", or "user_prompt"'),
+        (5, "types.s0", f'{name}:5: "user_prompt" must be a string (got array)'),
         (6, "row@5.s0", f'{name}:6: duplicate id "ok" (first on line 1)'),
         (7, "row@6.s0", f'{name}:7: "metadata" must be an object (got string)'),
         (8, "row@7.s0", f'{name}:8: "id" must be a string or an integer (got number)'),
     ]
-    assert all(line.error_category == "invalid_row" and line.passed is False for line in lines[1:])
+    bad = [line for line in lines if line.row_id != "ok"]
+    assert {(line.status, line.error_category, line.passed) for line in bad} == {
+        ("invalid", "invalid_row", False)
+    }
     assert "FAILED: error budget: exceeded (7 of 8 rollouts failed, 87.50%; 0 allowed)" in result.stderr
     doc = json.loads((tmp_path / "run/rollouts/row@1.s0/result.json").read_text())
     assert doc["status"] == "invalid"
-    assert doc["error"]["message"] == f"{name}:2: invalid JSON: Expecting value (column 28)"
+    assert doc["error"]["message"] == f"{name}:2: invalid JSON: Expecting value (column 27)"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,15 @@
+"""Benchmarks of osmosis-run: workloads W1..W6 of bench/README.md (not collected by pytest).
+
+Run them from the repository root (about 5 minutes on a 2-core machine):
+
+    python -m tests.perf                          # all six workloads, one JSON line each
+    python -m tests.perf --only W1,W3 --scale 0.1 # a quick smoke on a tenth of the rows
+    python -m tests.perf --strict                 # exit 1 when a target does not hold
+    python -m tests.perf.profile_w1               # W1 in-process under cProfile
+
+Each workload runs ``osmosis-run`` as a whole process (startup included) over datasets and
+workflows built in a temporary directory, next to the I/O floor (``bench/floor.py``, found at
+``<repo>/../shared/bench/floor.py`` or ``$OSMOSIS_BENCH_FLOOR``) on the same rows. stdout carries
+one JSON line per workload (``workload``, ``figure``, ``target``, ``holds`` and the raw numbers);
+progress goes to stderr. ``--keep`` keeps the temporary directory.
+"""
