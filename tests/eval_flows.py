@@ -52,7 +52,7 @@ class Flaky(AgentWorkflow[AgentWorkflowConfig]):
     """Fail with a transient error on the first attempt of each rollout."""
 
     async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
-        key = str(ctx.artifacts_dir)  # unique per run directory and rollout
+        key = str(ctx.artifacts_dir and ctx.artifacts_dir.resolve())  # unique per run and rollout
         _attempts[key] = _attempts.get(key, 0) + 1
         if _attempts[key] == 1:
             raise ConnectionError("upstream hiccup")

@@ -1,5 +1,5 @@
 """``python -m tests.perf``: run the benchmark suite."""
 
-from tests.perf.run import main
+from .run import main
 
 raise SystemExit(main())
