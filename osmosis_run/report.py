@@ -7,6 +7,7 @@ interrupted one and one that is still running (the summary is recomputed from re
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -98,9 +99,11 @@ def open_run(
     Raises:
         RunDirError: the directory does not exist, is not a run directory, or its files are
             unreadable.
-        ConfigError: ``group_by`` is not ``metadata.KEY``.
+        ConfigError: ``group_by`` is not ``metadata.KEY``, or ``pass_threshold`` is not finite.
     """
     check_group_by(group_by)
+    if pass_threshold is not None and not math.isfinite(pass_threshold):
+        raise ConfigError(f"--pass-threshold {pass_threshold}: must be a finite number")
     if not run_dir.exists():
         raise RunDirError(f"{run_dir} does not exist; give the directory `osmosis-run eval` printed")
     if not run_dir.is_dir():

@@ -138,7 +138,7 @@ class Runner:
             workflow_config=workflow_config,
             grader=grader_cls,
             grader_config=grader_config,
-            artifact_root=self.store.rollouts_dir,
+            artifact_root=self.store.rollouts_dir.absolute(),
         )
         for line in self.store.load_finished(drop_failed=s.retry_failed):
             self._finished.add(line.rollout_id)

@@ -112,3 +112,14 @@ class Remover(Grader):
 
 
 two_at_once = AgentWorkflowConfig(name="two", concurrency=ConcurrencyConfig(max_concurrent=2))
+
+
+class Stubborn(AgentWorkflow[AgentWorkflowConfig]):
+    """Refuse to be cancelled (a workflow that swallows CancelledError)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue

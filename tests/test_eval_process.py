@@ -1,0 +1,150 @@
+"""`osmosis-run eval` as a real process: signals, hard kills, resume, pipes, a model server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import qa_rows, results, subprocess_env, write_jsonl
+from fake_openai import serve_fake_openai
+
+EXE = [sys.executable, "-c", "from osmosis_run.cli import main; main()"]
+
+
+def start(args: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*EXE, "eval", *args],
+        cwd=cwd,
+        env=subprocess_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") >= count:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"exited early ({proc.returncode}): {proc.stderr.read() if proc.stderr else ''}")
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never reached {count} lines")
+
+
+def marker_args(data: Path) -> list[str]:
+    return [str(data), "-w", "eval_flows:Marker", "-g", "eval_flows:ExactMatch", "--out", "run",
+            "-c", "4", "--max-error-rate", "1"]  # fmt: skip
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_then_resume_runs_every_rollout_exactly_once(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(40, metadata={"sleep": 0.1}))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start(marker_args(data), tmp_path, EVAL_MARKERS=str(markers))
+    wait_for_lines(tmp_path / "run/results.jsonl", 8, proc)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=20)
+    assert proc.returncode == 130, stderr
+    assert "osmosis-run: interrupted; resume with: osmosis-run eval " in stderr
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["interrupted"] is True
+    done_before = len(results(tmp_path / "run"))
+    assert 8 <= done_before < 40
+
+    resumed = subprocess.run(
+        [*EXE, "eval", *marker_args(data)], cwd=tmp_path, capture_output=True, text=True,
+        env=subprocess_env(EVAL_MARKERS=str(markers)), timeout=60, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"40 rollouts, {done_before} already done" in resumed.stderr
+    ids = [line.rollout_id for line in results(tmp_path / "run")]
+    assert sorted(ids) == sorted(f"q{i}.s0" for i in range(40))
+    assert {p.read_text() for p in markers.iterdir()} == {"x"}, "a rollout ran twice"
+    assert len(list(markers.iterdir())) == 40
+    assert json.loads((tmp_path / "run/summary.json").read_text())["complete"] is True
+
+
+def test_after_a_hard_kill_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(40, metadata={"sleep": 0.1}))
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    proc = start(marker_args(data), tmp_path, EVAL_MARKERS=str(markers))
+    wait_for_lines(tmp_path / "run/results.jsonl", 10, proc)
+    proc.kill()
+    proc.communicate(timeout=20)
+    resumed = subprocess.run(
+        [*EXE, "eval", *marker_args(data)], cwd=tmp_path, capture_output=True, text=True,
+        env=subprocess_env(EVAL_MARKERS=str(markers)), timeout=60, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    ids = [line.rollout_id for line in results(tmp_path / "run")]
+    assert sorted(ids) == sorted(f"q{i}.s0" for i in range(40))
+    reran = [p.name for p in markers.iterdir() if p.read_text() != "x"]
+    assert len(reran) <= 4, f"only rollouts in flight may run again: {reran}"
+
+
+def test_a_second_interrupt_exits_at_once(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
+    proc = start([str(data), "-w", "eval_flows:Stubborn", "--out", "run"], tmp_path)
+    time.sleep(1.0)  # started and stuck in rollouts that ignore cancellation
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert proc.poll() is None, "the first Ctrl-C waits for rollouts to stop"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=5)
+    assert proc.returncode == 130
+
+
+def test_stdin_in_jsonl_out_composes_in_a_pipeline(tmp_path: Path) -> None:
+    rows = "".join(json.dumps(row) + "\n" for row in qa_rows(5))
+    pipeline = (
+        f"{' '.join(EXE[:2])} '{EXE[2]}' eval - -w eval_flows:Echo -g eval_flows:ExactMatch "
+        "--out run --jsonl --max-error-rate 1 "
+        f"| {sys.executable} -c \"import sys, json; "
+        "lines = [json.loads(l) for l in sys.stdin]; "
+        "print(len(lines), sum(l['reward'] for l in lines))\""
+    )
+    done = subprocess.run(
+        pipeline, shell=True, input=rows, capture_output=True, text=True, cwd=tmp_path,
+        env=subprocess_env(), timeout=60, check=True,
+    )  # fmt: skip
+    assert done.stdout == "5 3.0\n"
+    assert "osmosis-run: 5 rollouts" not in done.stdout
+
+
+def test_a_workflow_calling_a_real_http_model_server_keeps_the_key_secret(tmp_path: Path) -> None:
+    key = "sk-live-0123456789abcdef"
+    data = write_jsonl(
+        tmp_path / "d.jsonl",
+        [{"id": f"c{i}", "prompt": f"question {i}", "ground_truth": "Paris"} for i in range(3)],
+    )
+    with serve_fake_openai(lambda body: "Paris", api_key=key) as server:
+        done = subprocess.run(
+            [*EXE, "eval", str(data), "-w", "osmosis_run.examples.chat:ChatCompletionsWorkflow",
+             "--workflow-config", "osmosis_run.examples.chat:config",
+             "-g", "osmosis_run.examples.calculator:ExactMatchGrader", "--out", "run",
+             "--chat-completions-url", server.url],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+            env=subprocess_env(OSMOSIS_API_KEY=key),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert len(server.requests) == 3
+        assert {r.authorization for r in server.requests} == {f"Bearer {key}"}
+    lines = results(tmp_path / "run")
+    assert [line.reward for line in lines] == [1.0, 1.0, 1.0]
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path
+    assert key not in done.stdout + done.stderr
+    assert os.environ.get("OSMOSIS_API_KEY") != key
