@@ -36,7 +36,9 @@ def check_gates(summary: Summary, gates: Sequence[Gate]) -> list[Verdict]:
         value = gate_value(summary, gate.metric)
         name = f"{gate.metric} >= {gate.threshold:g}"
         if value is None:
-            verdicts.append(Verdict(name=name, held=False, message=f"{name}: failed (no rollout was scored)"))
+            verdicts.append(
+                Verdict(name=name, held=False, message=f"{name}: failed (no rollout was scored)")
+            )
             continue
         held = value >= gate.threshold
         detail = "held" if held else f"failed by {gate.threshold - value:.4f}"

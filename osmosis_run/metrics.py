@@ -30,7 +30,7 @@ FIRST_ERRORS = 5
 class _Sketch:
     """Exact count, mean, std, min, max; quantiles from a rounded-value histogram."""
 
-    __slots__ = ("_digits", "count", "histogram", "high", "low", "total", "total_sq")
+    __slots__ = ("_digits", "count", "high", "histogram", "low", "total", "total_sq")
 
     def __init__(self, digits: int) -> None:
         self._digits = digits

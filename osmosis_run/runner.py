@@ -31,7 +31,7 @@ from osmosis_run.errors import ConfigError, DatasetError
 from osmosis_run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.loading import load_class, load_instance
 from osmosis_run.metrics import MetricsAccumulator
-from osmosis_run.records import ResultLine, Summary
+from osmosis_run.records import ResultLine, RolloutState, Summary
 from osmosis_run.selection import Selection, parse_rows_spec, parse_shard, select
 from osmosis_run.serialize import dumps
 from osmosis_run.settings import EvalSettings, settings_to_toml
@@ -173,7 +173,9 @@ class Runner:
         interrupted = False
         s = self.settings
         try:
-            with RolloutContext(chat_completions_url=s.chat_completions_url or "", api_key=s.api_key):
+            with RolloutContext(
+                chat_completions_url=s.chat_completions_url or "", api_key=s.api_key
+            ):
                 await self._execute()
         except asyncio.CancelledError:
             if not self._stopping or self._main is None:
@@ -340,19 +342,19 @@ class Runner:
 
 
 async def _deadline(
-    work: Any, timeout: float | None, stage: str, workflow: ExecutionResult | None
+    work: Any, seconds: float | None, stage: str, workflow: ExecutionResult | None
 ) -> ExecutionResult:
-    """Await ``work`` within ``timeout`` seconds; past it, a timeout result (the sample kept)."""
-    if timeout is None:
+    """Await ``work`` within ``seconds``; past it, a timeout result (the sample kept)."""
+    if seconds is None:
         result: ExecutionResult = await work
         return result
     try:
-        async with asyncio.timeout(timeout) as scope:
+        async with asyncio.timeout(seconds) as scope:
             result = await work
     except TimeoutError:
-        return _timed_out(stage, timeout, workflow)
+        return _timed_out(stage, seconds, workflow)
     if scope.expired():  # the user's code swallowed the cancellation, or blocked
-        return _timed_out(stage, timeout, workflow)
+        return _timed_out(stage, seconds, workflow)
     return result
 
 
@@ -366,7 +368,7 @@ def _timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> 
     )
 
 
-def _status(outcome: ExecutionOutcome) -> str:
+def _status(outcome: ExecutionOutcome) -> RolloutState:
     result = outcome.result
     if result.status != RolloutStatus.SUCCESS:
         return "timeout" if result.err_category == RolloutErrorCategory.TIMEOUT else "failure"
@@ -441,7 +443,9 @@ def _result_document(
         result = outcome.result
         diagnostics = result.extra_fields or {}
         if doc["error"] is not None:
-            doc["error"].update(stage=diagnostics.get("stage"), traceback=diagnostics.get("traceback"))
+            doc["error"].update(
+                stage=diagnostics.get("stage"), traceback=diagnostics.get("traceback")
+            )
         sample = outcome.result_to_save.sample
         doc["sample"] = sample.model_dump(mode="json") if sample is not None else None
         doc["workflow"] = _brief(outcome.workflow)
@@ -475,14 +479,12 @@ def _selection(s: EvalSettings) -> Selection:
     )
 
 
-def _config(
-    ref: str | None, overrides: dict[str, Any], base: type[BaseConfig], key: str
-) -> Any:
+def _config(ref: str | None, overrides: dict[str, Any], base: type[BaseConfig], key: str) -> Any:
     """Load a config instance and apply a config file's ``[workflow_config]`` overrides."""
     if not ref:
         if overrides:
             raise ConfigError(
-                f"[{key}] overrides need an instance to override: add `from = \"module:attr\"` "
+                f'[{key}] overrides need an instance to override: add `from = "module:attr"` '
                 f"to the table, or --{key.replace('_', '-')}"
             )
         return None
@@ -529,4 +531,3 @@ def add_import_path(folder: Path) -> None:
     text = os.fspath(folder.resolve())
     if text not in sys.path:
         sys.path.insert(0, text)
-

@@ -9,7 +9,8 @@ Precedence, highest first (tested pair by pair):
     4. the defaults below
 
 Paths in a config file are relative to the file's folder, and that folder is importable for the
-file's ``module:attr`` paths.
+file's ``module:attr`` paths: it becomes ``import_paths`` unless the file sets ``import_paths``
+itself (``run.toml`` does, so a saved run imports what the original run imported).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-
-import tomli_w
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from osmosis_run.errors import ConfigError
@@ -65,6 +65,7 @@ class EvalSettings(BaseModel):
     grader_config: str | None = None
     workflow_config_overrides: dict[str, Any] = Field(default_factory=dict)
     grader_config_overrides: dict[str, Any] = Field(default_factory=dict)
+    import_paths: list[str] = Field(default_factory=list)
     out: str | None = None
     runs_dir: str = "runs"
     samples: int = Field(1, ge=1)
@@ -105,7 +106,7 @@ class EvalSettings(BaseModel):
     @field_validator("group_by")
     @classmethod
     def _metadata_key(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("metadata.") or value == "metadata.":
+        if (value is not None and not value.startswith("metadata.")) or value == "metadata.":
             raise ValueError('must look like "metadata.KEY"')
         return value
 
@@ -119,9 +120,12 @@ _EVALUATION_KEYS = {
     "agent_workflow_timeout_s": "agent_timeout",
     "grader_timeout_s": "grader_timeout",
 }
-_TABLES = {"workflow_config": "workflow_config_overrides", "grader_config": "grader_config_overrides"}
+_TABLES = {
+    "workflow_config": "workflow_config_overrides",
+    "grader_config": "grader_config_overrides",
+}
 _PATH_KEYS = ("dataset", "out", "runs_dir", "html", "junit", "baseline")
-_NOT_FROM_FILE = ("api_key",)
+_NOT_FROM_FILE = ("api_key", *_TABLES.values())
 
 
 def parse_concurrency(value: str | int | None) -> int | None:
@@ -148,27 +152,47 @@ def parse_gate(spec: str) -> Gate:
     if not eq:
         metric, number = "mean", spec
     try:
-        return Gate(metric=metric.strip(), threshold=float(number))  # type: ignore[arg-type]
+        gate = Gate(metric=metric.strip(), threshold=float(number))
     except (ValueError, ValidationError):
+        gate = None
+    if gate is None or not math.isfinite(gate.threshold):
         raise ConfigError(
             f'--fail-under "{spec}": expected METRIC=VALUE with METRIC one of mean, '
             "mean_graded, pass_rate (for example pass_rate=0.9)"
-        ) from None
+        )
+    return gate
 
 
 def parse_error_budget(value: str | float) -> float | int:
     """A count (``"3"``) or a rate (``"0.05"`` or ``"5%"``) of failed or invalid rollouts.
 
     Raises:
-        ConfigError: the value is malformed.
+        ConfigError: the value is malformed, negative, or a fraction above 1.
     """
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return value
-    text = str(value).strip()
+        budget = value
+    else:
+        budget = _parse_budget(str(value).strip(), value)
+    if isinstance(budget, int):
+        if budget < 0:
+            raise ConfigError(f'--max-error-rate "{value}": a count must be 0 or more')
+        return budget
+    if not (math.isfinite(budget) and 0 <= budget <= 1):
+        raise ConfigError(
+            f'--max-error-rate "{value}": a fraction must be between 0 and 1 (or 0% and 100%); '
+            "for a count of rollouts, write a whole number"
+        )
+    return budget
+
+
+def _parse_budget(text: str, value: object) -> float | int:
     try:
         if text.endswith("%"):
             return float(text[:-1]) / 100
-        return float(text) if "." in text else int(text)
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
     except ValueError:
         raise ConfigError(
             f'--max-error-rate "{value}": expected a count (3), a fraction (0.05) or a percentage'
@@ -194,6 +218,11 @@ def load_config_file(path: Path) -> dict[str, Any]:
     for key in _PATH_KEYS:
         if isinstance(values.get(key), str) and values[key] != "-":
             values[key] = str(base / values[key])
+    folders = values.get("import_paths", ["."])
+    if isinstance(folders, list):
+        values["import_paths"] = [
+            os.path.abspath(base / f) if isinstance(f, str) else f for f in folders
+        ]
     return values
 
 
@@ -213,7 +242,9 @@ def _take_file_key(values: dict[str, Any], path: Path, key: str, value: Any) -> 
     elif key in EvalSettings.model_fields and key not in _NOT_FROM_FILE:
         values[key] = value
     else:
-        raise ConfigError(f'{path}: unknown key "{key}"; see `osmosis-run eval --help` for the options')
+        raise ConfigError(
+            f'{path}: unknown key "{key}"; see `osmosis-run eval --help` for the options'
+        )
 
 
 def _take_evaluation(values: dict[str, Any], path: Path, table: Any) -> None:
@@ -259,6 +290,9 @@ def _normalise(values: dict[str, Any]) -> dict[str, Any]:
         values["fail_under"] = [parse_gate(g) if isinstance(g, str) else g for g in gates]
     elif isinstance(gates, dict):
         values["fail_under"] = [parse_gate(f"{k}={v}") for k, v in gates.items()]
+    folders = values.get("import_paths")
+    if isinstance(folders, str):
+        values["import_paths"] = [part for part in folders.split(os.pathsep) if part]
     ids = values.get("ids")
     if isinstance(ids, str):
         values["ids"] = [part.strip() for part in ids.split(",") if part.strip()]
@@ -315,6 +349,7 @@ def settings_to_toml(settings: EvalSettings, *, run_dir: Path) -> str:
         if key in data and data[key] != "-":
             data[key] = os.path.abspath(data[key])
     data["out"] = os.path.abspath(run_dir)
+    data["import_paths"] = [os.path.abspath(folder) for folder in data["import_paths"]]
     data["fail_under"] = [f"{g['metric']}={g['threshold']}" for g in data["fail_under"]]
     for table, overrides_key in _TABLES.items():
         overrides = data.pop(overrides_key)

@@ -101,7 +101,9 @@ class RunStore:
         try:
             self.rollouts_dir.mkdir(parents=True, exist_ok=True)
             if not path.exists():
-                self.write_file(FINGERPRINT, json.dumps(dict(fingerprint), indent=2, sort_keys=True))
+                self.write_file(
+                    FINGERPRINT, json.dumps(dict(fingerprint), indent=2, sort_keys=True)
+                )
         except OSError as exc:
             raise RunDirError(f"cannot write run directory {self.dir}: {exc.strerror}") from None
 
@@ -132,7 +134,9 @@ class RunStore:
         with path.open("rb") as f:
             for raw in f:
                 line = _parse_line(raw)
-                if line is None or (drop_failed and line.status in ("failure", "timeout", "invalid")):
+                if line is None or (
+                    drop_failed and line.status in ("failure", "timeout", "invalid")
+                ):
                     clean = False
                     continue
                 clean = clean and line.rollout_id not in kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ TESTS_DIR = Path(__file__).parent
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[..., Result]]:
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Result]:
     """Run ``osmosis-run ARGS`` in-process from ``tmp_path``; returns the click Result."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(TESTS_DIR))
@@ -32,7 +32,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[..
     def invoke(*args: str, input: str | None = None) -> Result:  # noqa: A002
         return runner.invoke(app, list(args), input=input, catch_exceptions=False)
 
-    yield invoke
+    return invoke
 
 
 def write_jsonl(path: Path, rows: Sequence[Any]) -> Path:

@@ -89,7 +89,11 @@ def test_invalid_rows_are_results_with_file_and_line(cli: Cli, tmp_path: Path) -
     result = eval_(cli, data)
     assert result.exit_code == 3
     lines = results(tmp_path / "run")
-    invalid = [(line.line, line.rollout_id, line.error_message) for line in lines if line.status == "invalid"]
+    invalid = [
+        (line.line, line.rollout_id, line.error_message)
+        for line in lines
+        if line.status == "invalid"
+    ]
     name = str(data)
     assert invalid == [
         (2, "row@1.s0", f"{name}:2: invalid JSON: Expecting value (column 27)"),
@@ -104,7 +108,10 @@ def test_invalid_rows_are_results_with_file_and_line(cli: Cli, tmp_path: Path) -
     assert {(line.status, line.error_category, line.passed) for line in bad} == {
         ("invalid", "invalid_row", False)
     }
-    assert "FAILED: error budget: exceeded (7 of 8 rollouts failed, 87.50%; 0 allowed)" in result.stderr
+    assert (
+        "FAILED: error budget: exceeded (7 of 8 rollouts failed, 87.50%; 0 allowed)"
+        in result.stderr
+    )
     doc = json.loads((tmp_path / "run/rollouts/row@1.s0/result.json").read_text())
     assert doc["status"] == "invalid"
     assert doc["error"]["message"] == f"{name}:2: invalid JSON: Expecting value (column 27)"
@@ -125,7 +132,8 @@ def test_row_ids_never_escape_the_run_directory(cli: Cli, tmp_path: Path, row_id
     assert rollout_dir.is_dir()
     assert sorted(p.name for p in (tmp_path / "outside").iterdir()) == ["run"]
     assert len(line.rollout_id) < 100
-    assert "/" not in line.rollout_id and line.rollout_id not in (".", "..")
+    assert "/" not in line.rollout_id
+    assert line.rollout_id not in (".", "..")
 
 
 def test_different_ids_never_share_a_rollout_id(cli: Cli, tmp_path: Path) -> None:
@@ -179,7 +187,9 @@ def test_shuffle_is_reproducible_and_seeded(cli: Cli, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(20))
 
     def order(seed: str, out: str) -> list[str | int | None]:
-        result = eval_(cli, data, "--shuffle", "--seed", seed, "-c", "1", "--limit", "8", out=Path(out))
+        result = eval_(
+            cli, data, "--shuffle", "--seed", seed, "-c", "1", "--limit", "8", out=Path(out)
+        )
         assert result.exit_code == 0
         return rollout_rows(tmp_path / out)
 
@@ -278,7 +288,9 @@ def test_validation_errors_are_not_retried(cli: Cli, tmp_path: Path) -> None:
 
 def test_removed_samples_have_no_reward(cli: Cli, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(1))
-    result = cli("eval", str(data), "-w", "eval_flows:Echo", "-g", "eval_flows:Remover", "--out", "run")
+    result = cli(
+        "eval", str(data), "-w", "eval_flows:Echo", "-g", "eval_flows:Remover", "--out", "run"
+    )
     assert result.exit_code == 0
     [line] = results(tmp_path / "run")
     assert (line.status, line.reward, line.passed) == ("removed", None, None)
@@ -297,7 +309,11 @@ def test_run_directory_layout_and_atif_trajectories(cli: Cli, tmp_path: Path) ->
     ]
     for rollout in ("q0.s0", "q1.s0", "q2.s0"):
         where = run / "rollouts" / rollout
-        assert sorted(p.name for p in where.iterdir()) == ["artifacts", "result.json", "trajectory.json"]
+        assert sorted(p.name for p in where.iterdir()) == [
+            "artifacts",
+            "result.json",
+            "trajectory.json",
+        ]
         assert (where / "artifacts/echo.txt").read_text() == f"p{rollout[1]}"
         trajectory = validate_trajectory(json.loads((where / "trajectory.json").read_text()))
         assert trajectory.session_id == rollout
@@ -449,7 +465,9 @@ def test_usage_errors_are_one_line_and_exit_2(
     assert not (tmp_path / "run").exists()
 
 
-def test_an_import_error_inside_the_users_module_shows_its_traceback(cli: Cli, tmp_path: Path) -> None:
+def test_an_import_error_inside_the_users_module_shows_its_traceback(
+    cli: Cli, tmp_path: Path
+) -> None:
     (tmp_path / "broken_flow.py").write_text("import numpyy_not_installed\n")
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(1))
     result = cli("eval", str(data), "-w", "broken_flow:W", "--out", "run")

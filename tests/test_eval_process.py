@@ -28,13 +28,17 @@ def start(args: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for_lines(path: Path, count: int, proc: subprocess.Popen[str], timeout: float = 20) -> None:
+def wait_for_lines(
+    path: Path, count: int, proc: subprocess.Popen[str], timeout: float = 20
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and path.read_text().count("\n") >= count:
             return
         if proc.poll() is not None:
-            raise AssertionError(f"exited early ({proc.returncode}): {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"exited early ({proc.returncode}): {proc.stderr.read() if proc.stderr else ''}"
+            )
         time.sleep(0.02)
     raise AssertionError(f"{path} never reached {count} lines")
 
@@ -111,7 +115,7 @@ def test_stdin_in_jsonl_out_composes_in_a_pipeline(tmp_path: Path) -> None:
     pipeline = (
         f"{' '.join(EXE[:2])} '{EXE[2]}' eval - -w eval_flows:Echo -g eval_flows:ExactMatch "
         "--out run --jsonl --max-error-rate 1 "
-        f"| {sys.executable} -c \"import sys, json; "
+        f'| {sys.executable} -c "import sys, json; '
         "lines = [json.loads(l) for l in sys.stdin]; "
         "print(len(lines), sum(l['reward'] for l in lines))\""
     )

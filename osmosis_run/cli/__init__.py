@@ -24,7 +24,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Run Osmosis agent workflows and reward graders over JSONL datasets."""

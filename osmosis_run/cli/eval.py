@@ -13,7 +13,7 @@ import typer
 from osmosis_run.cli import exit_codes
 
 if TYPE_CHECKING:
-    from osmosis_run.runner import RunOutcome, Runner
+    from osmosis_run.runner import Runner, RunOutcome
     from osmosis_run.settings import EvalSettings
 
 _SELECT = "Selection"
@@ -40,13 +40,15 @@ def register(app: typer.Typer) -> None:
     app.command("eval", epilog=exit_codes.EXIT_CODES_HELP)(eval_command)
 
 
-def eval_command(  # noqa: PLR0913  (a command's options are its signature)
+def eval_command(
     dataset: DatasetArg = None,
     config: ConfigOpt = None,
     workflow: Annotated[
         str | None, _opt("--workflow", "-w", help="AgentWorkflow class as module:Class.")
     ] = None,
-    grader: Annotated[str | None, _opt("--grader", "-g", help="Grader class as module:Class.")] = None,
+    grader: Annotated[
+        str | None, _opt("--grader", "-g", help="Grader class as module:Class.")
+    ] = None,
     workflow_config: Annotated[
         str | None,
         _opt("--workflow-config", help="AgentWorkflowConfig instance as module:attr."),
@@ -57,9 +59,7 @@ def eval_command(  # noqa: PLR0913  (a command's options are its signature)
     samples: Annotated[
         int | None, _opt("--samples", "-n", help="Rollouts per row (default 1).", panel=_SELECT)
     ] = None,
-    limit: Annotated[
-        int | None, _opt("--limit", help="Run at most N rows.", panel=_SELECT)
-    ] = None,
+    limit: Annotated[int | None, _opt("--limit", help="Run at most N rows.", panel=_SELECT)] = None,
     offset: Annotated[
         int | None, _opt("--offset", help="Skip the first K rows.", panel=_SELECT)
     ] = None,
@@ -115,14 +115,18 @@ def eval_command(  # noqa: PLR0913  (a command's options are its signature)
     ] = None,
     out: Annotated[
         str | None,
-        _opt("--out", "-o", help="Run directory (default runs/<dataset>-<fingerprint>).", panel=_OUT),
+        _opt(
+            "--out", "-o", help="Run directory (default runs/<dataset>-<fingerprint>).", panel=_OUT
+        ),
     ] = None,
     fresh: Annotated[
         bool | None, _opt("--fresh", help="Start the run directory over.", panel=_OUT)
     ] = None,
     retry_failed: Annotated[
         bool | None,
-        _opt("--retry-failed", help="Run failed, timed-out and invalid rollouts again.", panel=_OUT),
+        _opt(
+            "--retry-failed", help="Run failed, timed-out and invalid rollouts again.", panel=_OUT
+        ),
     ] = None,
     jsonl: Annotated[
         bool | None,
@@ -138,7 +142,11 @@ def eval_command(  # noqa: PLR0913  (a command's options are its signature)
     ] = None,
     pass_threshold: Annotated[
         float | None,
-        _opt("--pass-threshold", help="A rollout passes when reward >= this (default 1.0).", panel=_GATES),
+        _opt(
+            "--pass-threshold",
+            help="A rollout passes when reward >= this (default 1.0).",
+            panel=_GATES,
+        ),
     ] = None,
     fail_under: Annotated[
         list[str] | None,
@@ -233,4 +241,3 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     if not all(g.held for g in gates):
         return exit_codes.GATE_FAILED
     return exit_codes.OK
-

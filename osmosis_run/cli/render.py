@@ -62,8 +62,14 @@ class Reporter:
         err.print(f"osmosis-run: {total}{resumed} -> {run_dir}", markup=False)
         self._start = time.monotonic()
         if self.live:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-            from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(
                 TextColumn("[bold]eval"),
@@ -157,16 +163,26 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
             f"median {_fmt(g.median)}  max {_fmt(g.max)}  (n={g.count})",
         )
     )
-    rows.append(("reward (all)", f"mean {_fmt(a.mean)}  std {_fmt(a.std)}  (n={a.count}, failures 0)"))
     rows.append(
-        ("pass rate", f"{_fmt(s.pass_rate, '.1%')} ({s.passed}/{a.count} at reward >= {s.pass_threshold:g})")
+        ("reward (all)", f"mean {_fmt(a.mean)}  std {_fmt(a.std)}  (n={a.count}, failures 0)")
+    )
+    rows.append(
+        (
+            "pass rate",
+            f"{_fmt(s.pass_rate, '.1%')} ({s.passed}/{a.count} at reward >= {s.pass_threshold:g})",
+        )
     )
     if s.pass_at_k:
         rows.append(("pass@k", "  ".join(f"k={p.k} {p.value:.3f}" for p in s.pass_at_k)))
         rows.append(("pass^k", "  ".join(f"k={p.k} {p.value:.3f}" for p in s.pass_hat_k)))
     for name, d in (("workflow ms", s.workflow_ms), ("grader ms", s.grader_ms)):
         if d.count:
-            rows.append((name, f"p50 {_fmt(d.p50, '.1f')}  p90 {_fmt(d.p90, '.1f')}  p99 {_fmt(d.p99, '.1f')}"))
+            rows.append(
+                (
+                    name,
+                    f"p50 {_fmt(d.p50, '.1f')}  p90 {_fmt(d.p90, '.1f')}  p99 {_fmt(d.p99, '.1f')}",
+                )
+            )
     if s.wall_s is not None:
         rate = f"{s.throughput_per_s:.1f}/s" if s.throughput_per_s else "-"
         rows.append(("wall", f"{s.wall_s:.2f}s  ({rate})"))
@@ -207,3 +223,74 @@ def print_verdicts(verdicts: Sequence[Verdict]) -> None:
     for verdict in verdicts:
         mark = "ok" if verdict.held else "FAILED"
         err.print(f"{mark}: {verdict.message}", markup=False)
+
+
+# --- compare: shared by `osmosis-run compare` and `eval --baseline` ---------------------------
+
+if TYPE_CHECKING:
+    from osmosis_run.compare import Comparison, Delta
+
+SHOWN_ROLLOUTS = 20
+
+
+def comparison_table(cmp: Comparison) -> Table:
+    """Mean reward and pass rate of A and B, B - A and its confidence interval."""
+    from rich.text import Text
+
+    table = Table(
+        title=Text(f"osmosis-run: compare {cmp.run_a} -> {cmp.run_b}"),
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
+    ci = f"{cmp.confidence:.0%} CI"
+    for name in ("", "A", "B", "B - A", ci):
+        table.add_column(name, justify="left" if not name else "right")
+    for label, delta, spec in (
+        ("mean reward", cmp.mean, ".3f"),
+        ("pass rate", cmp.pass_rate, ".1%"),
+    ):
+        table.add_row(label, *(Text(cell) for cell in _delta_cells(delta, spec)))
+    return table
+
+
+def _delta_cells(delta: Delta, spec: str) -> tuple[str, str, str, str]:
+    signed = "+" + spec
+    interval = "-"
+    if delta.ci is not None:
+        interval = f"[{format(delta.ci.low, signed)}, {format(delta.ci.high, signed)}]"
+    change = "-" if delta.delta is None else format(delta.delta, signed)
+    return _fmt(delta.a, spec), _fmt(delta.b, spec), change, interval
+
+
+def print_comparison(cmp: Comparison) -> None:
+    """The comparison table, pairing counts, flips, new and fixed errors, and notes (stderr)."""
+    err.print(comparison_table(cmp))
+    lines = [
+        f"paired: {cmp.paired} rollouts over {cmp.paired_rows} rows; unpaired: "
+        f"{cmp.only_in_a} only in A, {cmp.only_in_b} only in B; unscored: {cmp.unscored}",
+    ]
+    lines += _id_list("pass -> fail", cmp.pass_to_fail)
+    lines += _id_list("fail -> pass", cmp.fail_to_pass)
+    for title, changes in (("new errors", cmp.new_errors), ("fixed errors", cmp.fixed_errors)):
+        if changes:
+            lines.append(f"{title} ({len(changes)}):")
+            for change in changes[:SHOWN_ROLLOUTS]:
+                message = (change.error_message or "").strip().splitlines()[0:1]
+                lines.append(
+                    f"  {change.rollout_id}: {change.error_category or change.status}: "
+                    f"{message[0] if message else ''}"
+                )
+            if len(changes) > SHOWN_ROLLOUTS:
+                lines.append(f"  ... and {len(changes) - SHOWN_ROLLOUTS} more")
+    lines += [f"note: {note}" for note in cmp.notes]
+    for line in lines:
+        err.print(line, markup=False)
+
+
+def _id_list(title: str, ids: Sequence[str]) -> list[str]:
+    if not ids:
+        return []
+    shown = ", ".join(ids[:SHOWN_ROLLOUTS])
+    more = f" (+{len(ids) - SHOWN_ROLLOUTS} more)" if len(ids) > SHOWN_ROLLOUTS else ""
+    return [f"{title} ({len(ids)}): {shown}{more}"]

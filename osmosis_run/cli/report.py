@@ -1,9 +1,216 @@
-"""`osmosis-run report` (placeholder until the command lands)."""
+"""``osmosis-run report``: run directory -> RunReport -> rendered (or --json) -> exit code."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+from osmosis_run.cli import exit_codes
+
+if TYPE_CHECKING:
+    from osmosis_run.report import FailureCategory, RunReport, SlowRollout
+    from osmosis_run.rundata import RunData
+
+SHOWN_IDS = 5
+MESSAGE_CHARS = 160
 
 
 def register(app: typer.Typer) -> None:
-    """Add the report command to ``app`` (nothing yet)."""
+    """Add the report command to ``app``."""
+    app.command("report", epilog=exit_codes.EXIT_CODES_HELP)(report_command)
+
+
+def report_command(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="Run directory (the one `osmosis-run eval` printed); finished, interrupted "
+            "or still running.",
+            show_default=False,
+        ),
+    ],
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print one JSON document to stdout (summary, failures, slowest)."
+        ),
+    ] = False,
+    pass_threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--pass-threshold",
+            help="A rollout passes when reward >= this (default: the run's own).",
+            show_default=False,
+        ),
+    ] = None,
+    group_by: Annotated[
+        str | None,
+        typer.Option(
+            "--group-by",
+            help="Break the summary down by metadata.KEY (default: the run's own).",
+            show_default=False,
+        ),
+    ] = None,
+    top: Annotated[
+        int,
+        typer.Option("--top", min=0, help="How many of the slowest rollouts to show."),
+    ] = 10,
+    junit: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit",
+            help="Also write a JUnit XML report here: one testcase per rollout.",
+            show_default=False,
+        ),
+    ] = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write a self-contained HTML report here.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Summarise a run directory: metrics, failures by category, the slowest rollouts.
+
+    Reports go to stderr; --json prints a document to stdout instead.
+    """
+    raise typer.Exit(
+        run_report(
+            run_dir,
+            json_output=json_output,
+            pass_threshold=pass_threshold,
+            group_by=group_by,
+            top=top,
+            junit=junit,
+            html=html,
+        )
+    )
+
+
+def run_report(
+    run_dir: Path,
+    *,
+    json_output: bool,
+    pass_threshold: float | None,
+    group_by: str | None,
+    top: int,
+    junit: Path | None,
+    html: Path | None,
+) -> int:
+    """Load, render and write the report files; return the exit code."""
+    from osmosis_run.cli import render
+    from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.report import build_report, open_run
+
+    try:
+        run = open_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
+        document = build_report(run, slowest=top)
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    if json_output:
+        sys.stdout.write(document.model_dump_json(indent=2) + "\n")
+    else:
+        print_report(document)
+    try:
+        _write_files(run, junit=junit, html=html)
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    return exit_codes.OK
+
+
+def _write_files(run: RunData, *, junit: Path | None, html: Path | None) -> None:
+    from osmosis_run.cli.render import err
+
+    if junit is not None:
+        from osmosis_run.junit import write_junit
+
+        write_junit(run.lines, run.summary, junit, suite_name=run.run_dir.name)
+        err.print(f"osmosis-run: wrote JUnit report {junit}", markup=False)
+    if html is not None:
+        from osmosis_run.html_report import write_run_html
+
+        write_run_html(run.run_dir, html)
+        err.print(f"osmosis-run: wrote HTML report {html}", markup=False)
+
+
+def print_report(document: RunReport) -> None:
+    """The summary table, the state of the run, failures and the slowest rollouts (stderr)."""
+    from osmosis_run.cli.render import err, summary_table
+
+    title = f"osmosis-run: {document.state} {document.run_dir}"
+    err.print(summary_table(document.summary, title=title))
+    if document.state == "interrupted":
+        err.print(
+            "osmosis-run: the run was interrupted; re-run its eval command to resume it",
+            markup=False,
+        )
+    elif document.state == "incomplete":
+        err.print(
+            "osmosis-run: no summary.json yet: the run is still going, or was killed "
+            "(re-run its eval command to resume it)",
+            markup=False,
+        )
+    print_failures(document.failures)
+    print_slowest(document.slowest)
+
+
+def print_failures(categories: list[FailureCategory]) -> None:
+    """Failed rollouts by category, identical messages grouped, with counts and rollout ids."""
+    from osmosis_run.cli.render import err
+
+    if not categories:
+        return
+    total = sum(category.count for category in categories)
+    lines = [f"failures: {total} rollouts"]
+    for category in categories:
+        lines.append(f"  {category.category}: {category.count}")
+        for group in category.groups:
+            lines.append(f"    {group.count}x {_one_line(group.message)}")
+            shown = group.rollout_ids[:SHOWN_IDS]
+            more = f" (+{group.count - len(shown)} more)" if group.count > len(shown) else ""
+            lines.append(f"       {', '.join(shown)}{more}")
+        if category.more_messages:
+            lines.append(f"    ... and {category.more_messages} other messages")
+    for line in lines:
+        err.print(line, markup=False)
+
+
+def print_slowest(slowest: list[SlowRollout]) -> None:
+    """The slowest rollouts as a table."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from osmosis_run.cli.render import err
+
+    if not slowest:
+        return
+    table = Table(title="slowest rollouts", title_justify="left", box=None, pad_edge=False)
+    for name in ("rollout", "status", "total ms", "workflow ms", "grader ms", "reward"):
+        table.add_column(name, justify="left" if name in ("rollout", "status") else "right")
+    for slow in slowest:
+        table.add_row(
+            Text(slow.rollout_id),
+            slow.status,
+            f"{slow.total_ms:.1f}",
+            _num(slow.workflow_ms, ".1f"),
+            _num(slow.grader_ms, ".1f"),
+            _num(slow.reward, ".3f"),
+        )
+    err.print(table)
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _one_line(message: str) -> str:
+    lines = message.strip().splitlines()
+    text = lines[0] if lines else "(no message)"
+    if len(lines) > 1:
+        text += " ..."
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."

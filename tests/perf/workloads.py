@@ -1,0 +1,347 @@
+"""The workloads W1..W6 of bench/README.md, each returning the JSON line it reports.
+
+How the README's words are read:
+
+- "osmosis-run eval wall" is the whole process, startup included, timed around the subprocess.
+- "floor wall" is the ``wall_s`` that floor.py prints: its own loop over the rows, without
+  interpreter startup (floor.py defines the figure so: "a runner's wall time on the same rows,
+  divided by this one's"). The floor's whole-process wall is reported beside it.
+- W2's "wall" is the eval process wall too (startup included); the runner's own wall from
+  summary.json (startup and preparation excluded) is reported as ``inner_figure``.
+- W5 and W6 repeat the command and report the median (every run is listed).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .measure import Measured, measure
+from .workspace import ECHO, EXACT_MATCH, SLEEPY, HarnessError, Workspace
+
+W1_ROWS, W2_ROWS, W3_ROWS, W4_SMALL, W4_BIG = 20_000, 2_000, 10_000, 20_000, 200_000
+TRIVIAL_CONCURRENCY, W2_CONCURRENCY = 64, 100
+SLEEP_S = 0.05
+REPEATS = 5
+W6_REPEATS = 3
+FLOOR_BASIS = "floor wall = floor.py's printed wall_s (its loop, no interpreter startup)"
+
+Line = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target: ``figure <= limit``."""
+
+    name: str
+    figure: float
+    limit: float
+    unit: str = ""
+
+    @property
+    def holds(self) -> bool:
+        """Whether the target holds."""
+        return self.figure <= self.limit
+
+    @property
+    def target(self) -> str:
+        """The target as the README writes it."""
+        return f"<= {self.limit:g}{self.unit}"
+
+
+def report(workload: str, checks: list[Check], basis: str, **raw: Any) -> Line:
+    """The JSON line of a workload: its first figure and target, whether all hold, raw numbers."""
+    line: Line = {
+        "workload": workload,
+        "figure": round(checks[0].figure, 3),
+        "target": "; ".join(c.target for c in checks),
+        "holds": all(c.holds for c in checks),
+        "basis": basis,
+    }
+    if len(checks) > 1:
+        line["checks"] = [
+            {"name": c.name, "figure": round(c.figure, 3), "target": c.target, "holds": c.holds}
+            for c in checks
+        ]
+    line.update({key: _round(value) for key, value in raw.items()})
+    return line
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, list):
+        return [_round(v) for v in value]
+    return value
+
+
+def log(message: str) -> None:
+    """Progress, on stderr."""
+    print(f"perf: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class EvalRun:
+    """One measured ``osmosis-run eval``: the command, its process and its summary.json."""
+
+    cmd: list[str]
+    out: Path
+    rows: int
+    process: Measured
+    summary: dict[str, Any]
+
+    @property
+    def inner_wall_s(self) -> float:
+        """The runner's own wall (summary.json): no startup, no preparation."""
+        return float(self.summary.get("wall_s") or 0.0)
+
+
+class Bench:
+    """Runs the workloads in one workspace, at a scale of the README's row counts."""
+
+    def __init__(self, ws: Workspace, *, cli: list[str], floor: Path, scale: float) -> None:
+        self.ws = ws
+        self.cli = cli
+        self.floor = floor
+        self.scale = scale
+        self.w1: EvalRun | None = None
+
+    def rows(self, count: int) -> int:
+        """``count`` scaled by ``--scale``."""
+        return max(1, round(count * self.scale))
+
+    def workloads(self) -> dict[str, Callable[[], Line]]:
+        """The workloads by id, in the order they run."""
+        return {
+            "W1": self.w1_trivial,
+            "W2": self.w2_sleeping,
+            "W3": self.w3_unlimited,
+            "W4": self.w4_memory,
+            "W5": self.w5_startup,
+            "W6": self.w6_resume,
+        }
+
+    # -- running the two programs --------------------------------------------------------
+
+    def _measure(self, cmd: list[str], name: str) -> Measured:
+        return measure(cmd, cwd=self.ws.root, logs=self.ws.root / "logs" / name)
+
+    def run_floor(self, dataset: Path, name: str) -> tuple[float, Measured]:
+        """Run floor.py on ``dataset``; return its printed wall_s and its process."""
+        out = self.ws.fresh(f"{name}-floor")
+        process = self._measure([sys.executable, str(self.floor), str(dataset), str(out)], name)
+        process.check("floor.py")
+        self.ws.discard(out)
+        try:
+            printed = json.loads(process.stdout.strip().splitlines()[-1])
+            return float(printed["wall_s"]), process
+        except (IndexError, KeyError, ValueError) as exc:
+            raise HarnessError(f"floor.py printed no wall_s: {process.stdout!r}") from exc
+
+    def eval_command(
+        self, dataset: Path, *, workflow: str, concurrency: int, out: Path
+    ) -> list[str]:
+        """``osmosis-run eval`` with the exact-match grader and a fresh ``--out``."""
+        return [
+            *self.cli,
+            "eval",
+            str(dataset),
+            "--workflow",
+            workflow,
+            "--grader",
+            EXACT_MATCH,
+            "--concurrency",
+            str(concurrency),
+            "--out",
+            str(out),
+        ]
+
+    def run_eval(self, cmd: list[str], *, rows: int, name: str) -> EvalRun:
+        """Run an eval command; check that every row finished with reward 1.0."""
+        out = Path(cmd[cmd.index("--out") + 1])
+        process = self._measure(cmd, name)
+        process.check(f"osmosis-run eval ({name})")
+        summary_path = out / "summary.json"
+        if not summary_path.is_file():
+            raise HarnessError(f"osmosis-run eval ({name}) left no {summary_path}")
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        success = summary.get("counts", {}).get("success")
+        if summary.get("rollouts") != rows or success != rows or not summary.get("complete"):
+            raise HarnessError(
+                f"osmosis-run eval ({name}) did not finish {rows} successful rollouts: "
+                f"rollouts={summary.get('rollouts')} counts={summary.get('counts')}"
+            )
+        return EvalRun(cmd=cmd, out=out, rows=rows, process=process, summary=summary)
+
+    def trivial_eval(self, rows: int, name: str, *, quiet: bool = False) -> EvalRun:
+        """The trivial workflow + exact match at concurrency 64 over ``rows`` rows."""
+        dataset = self.ws.dataset(rows)
+        out = self.ws.fresh(f"{name}-eval")
+        cmd = self.eval_command(dataset, workflow=ECHO, concurrency=TRIVIAL_CONCURRENCY, out=out)
+        if not quiet:
+            log(
+                f"{name}: osmosis-run eval, {rows} rows, trivial, concurrency {TRIVIAL_CONCURRENCY}"
+            )
+        return self.run_eval(cmd, rows=rows, name=name)
+
+    def warm_up(self) -> None:
+        """Run --help and a 1-row eval once, unmeasured, so that caches are warm for everyone."""
+        log("warm-up: osmosis-run --help and a 1-row eval (not measured)")
+        self._measure([*self.cli, "--help"], "warm-up").check("osmosis-run --help")
+        self.trivial_eval(1, "warm-up")
+
+    # -- the workloads -------------------------------------------------------------------
+
+    def w1_trivial(self) -> Line:
+        """W1: eval wall / floor wall on 20,000 trivial rows, concurrency 64."""
+        rows = self.rows(W1_ROWS)
+        log(f"W1: floor.py on {rows} rows")
+        floor_wall, floor = self.run_floor(self.ws.dataset(rows), "W1")
+        run = self.trivial_eval(rows, "W1")
+        self.w1 = run
+        wall = run.process.wall_s
+        return report(
+            "W1",
+            [Check("eval wall / floor wall", wall / floor_wall, 1.5)],
+            f"eval process wall (startup included) / {FLOOR_BASIS}; floor ran right before",
+            rows=rows,
+            concurrency=TRIVIAL_CONCURRENCY,
+            eval_wall_s=wall,
+            eval_inner_wall_s=run.inner_wall_s,
+            eval_cpu_s=run.process.cpu_s,
+            eval_rss_mib=run.process.rss_mib,
+            eval_rollouts_per_s=rows / wall,
+            floor_wall_s=floor_wall,
+            floor_process_wall_s=floor.wall_s,
+            figure_vs_floor_process=wall / floor.wall_s,
+        )
+
+    def w2_sleeping(self) -> Line:
+        """W2: eval wall / ideal for 2,000 rows sleeping 50 ms, concurrency 100."""
+        rows = self.rows(W2_ROWS)
+        ideal = rows / W2_CONCURRENCY * SLEEP_S
+        dataset = self.ws.dataset(rows)
+        out = self.ws.fresh("W2-eval")
+        cmd = self.eval_command(dataset, workflow=SLEEPY, concurrency=W2_CONCURRENCY, out=out)
+        log(f"W2: osmosis-run eval, {rows} rows, sleeping, concurrency {W2_CONCURRENCY}")
+        run = self.run_eval(cmd, rows=rows, name="W2")
+        self.ws.discard(out)
+        wall = run.process.wall_s
+        return report(
+            "W2",
+            [Check("eval wall / ideal", wall / ideal, 1.15)],
+            "eval process wall (startup included) / (rows / concurrency x 0.05 s); "
+            "inner_figure uses the runner's own wall from summary.json",
+            rows=rows,
+            concurrency=W2_CONCURRENCY,
+            ideal_s=ideal,
+            eval_wall_s=wall,
+            eval_inner_wall_s=run.inner_wall_s,
+            inner_figure=run.inner_wall_s / ideal,
+            eval_cpu_s=run.process.cpu_s,
+            eval_rss_mib=run.process.rss_mib,
+        )
+
+    def w3_unlimited(self) -> Line:
+        """W3: eval wall / (floor wall + 0.05 s), 10,000 rows sleeping, no concurrency limit."""
+        rows = self.rows(W3_ROWS)
+        dataset = self.ws.dataset(rows)
+        log(f"W3: floor.py on {rows} rows")
+        floor_wall, floor = self.run_floor(dataset, "W3")
+        out = self.ws.fresh("W3-eval")
+        cmd = self.eval_command(dataset, workflow=SLEEPY, concurrency=0, out=out)
+        log(f"W3: osmosis-run eval, {rows} rows, sleeping, --concurrency 0 (unlimited)")
+        run = self.run_eval(cmd, rows=rows, name="W3")
+        self.ws.discard(out)
+        wall = run.process.wall_s
+        return report(
+            "W3",
+            [Check("eval wall / (floor wall + 0.05 s)", wall / (floor_wall + SLEEP_S), 2.0)],
+            f"eval process wall (startup included) / ({FLOOR_BASIS} + 0.05 s); "
+            "floor ran right before",
+            rows=rows,
+            concurrency="unlimited",
+            eval_wall_s=wall,
+            eval_inner_wall_s=run.inner_wall_s,
+            eval_cpu_s=run.process.cpu_s,
+            eval_rss_mib=run.process.rss_mib,
+            floor_wall_s=floor_wall,
+            floor_process_wall_s=floor.wall_s,
+        )
+
+    def w4_memory(self) -> Line:
+        """W4: peak RSS on 200,000 rows / on 20,000 rows, and the 200,000-row peak itself."""
+        small_rows, big_rows = self.rows(W4_SMALL), self.rows(W4_BIG)
+        small = self.trivial_eval(small_rows, "W4-small")
+        self.ws.discard(small.out)
+        big = self.trivial_eval(big_rows, "W4-big")
+        log(f"W4: deleting the {big_rows}-rollout tree")
+        self.ws.discard(big.out)
+        small_rss, big_rss = small.process.rss_mib, big.process.rss_mib
+        return report(
+            "W4",
+            [
+                Check("peak RSS big / small", big_rss / small_rss, 1.10),
+                Check("peak RSS big (MiB)", big_rss, 120, " MiB"),
+            ],
+            "ru_maxrss of each eval process, each measured in its own fresh helper process",
+            rows_small=small_rows,
+            rows_big=big_rows,
+            rss_small_mib=small_rss,
+            rss_big_mib=big_rss,
+            wall_small_s=small.process.wall_s,
+            wall_big_s=big.process.wall_s,
+            rollouts_per_s_small=small_rows / small.process.wall_s,
+            rollouts_per_s_big=big_rows / big.process.wall_s,
+        )
+
+    def w5_startup(self) -> Line:
+        """W5: wall of ``osmosis-run --help`` and of a 1-row eval (median of 5 runs each)."""
+        log(f"W5: osmosis-run --help x{REPEATS}")
+        helps = [self._measure([*self.cli, "--help"], "W5-help") for _ in range(REPEATS)]
+        for process in helps:
+            process.check("osmosis-run --help")
+        log(f"W5: osmosis-run eval of 1 row x{REPEATS}")
+        evals = [self.trivial_eval(1, "W5-eval", quiet=True) for _ in range(REPEATS)]
+        help_walls = [p.wall_s for p in helps]
+        eval_walls = [r.process.wall_s for r in evals]
+        return report(
+            "W5",
+            [
+                Check("--help wall (s)", statistics.median(help_walls), 0.35, " s"),
+                Check("1-row eval wall (s)", statistics.median(eval_walls), 1.0, " s"),
+            ],
+            f"whole-process wall, median of {REPEATS} runs each (after one unmeasured warm-up)",
+            help_walls_s=help_walls,
+            eval_walls_s=eval_walls,
+            help_best_s=min(help_walls),
+            eval_best_s=min(eval_walls),
+            help_rss_mib=statistics.median(p.rss_mib for p in helps),
+            eval_rss_mib=statistics.median(r.process.rss_mib for r in evals),
+        )
+
+    def w6_resume(self) -> Line:
+        """W6: the W1 command again on its finished run (nothing left to do) / W1's wall."""
+        if self.w1 is None:
+            raise HarnessError("W6 needs W1's finished run, and W1 did not finish")
+        w1 = self.w1
+        log(f"W6: the W1 command again on its finished run x{W6_REPEATS}")
+        runs = [self.run_eval(w1.cmd, rows=w1.rows, name="W6") for _ in range(W6_REPEATS)]
+        walls = [r.process.wall_s for r in runs]
+        wall = statistics.median(walls)
+        self.ws.discard(w1.out)
+        return report(
+            "W6",
+            [Check("resume wall / W1 wall", wall / w1.process.wall_s, 0.15)],
+            f"median of {W6_REPEATS} whole-process re-runs of the W1 command / W1 eval wall",
+            rows=w1.rows,
+            resume_wall_s=wall,
+            resume_walls_s=walls,
+            w1_wall_s=w1.process.wall_s,
+            resume_rss_mib=statistics.median(r.process.rss_mib for r in runs),
+        )
