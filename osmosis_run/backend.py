@@ -205,7 +205,7 @@ class LocalBackend(ExecutionBackend):
             with rollout_ctx:
                 output = coerce_output(await self.workflow_cls(config).run(ctx))
                 sample = await _sample_from(output, rollout_ctx, request)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in user code ends one rollout
             return _failure(exc, "workflow", request.id)
         return ExecutionResult(status=RolloutStatus.SUCCESS, sample=sample)
 
@@ -225,7 +225,7 @@ class LocalBackend(ExecutionBackend):
             with _rollout_context(request.id):
                 await self.grader_cls(self.grader_config).grade(ctx)
             _check_graded(ctx.sample)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # sys.exit() in user code ends one rollout
             return _failure(exc, "grader", request.id, sample=ctx.sample)
         return ExecutionResult(status=RolloutStatus.SUCCESS, sample=ctx.sample)
 
@@ -314,7 +314,7 @@ def _check_graded(sample: RolloutSample | None) -> None:
 
 
 def _failure(
-    exc: Exception, stage: str, rollout_id: str, sample: RolloutSample | None = None
+    exc: Exception | SystemExit, stage: str, rollout_id: str, sample: RolloutSample | None = None
 ) -> ExecutionResult:
     logger.error("%s of rollout %s raised %s", stage, rollout_id, type(exc).__name__, exc_info=exc)
     diagnostics: Mapping[str, Any] = {
@@ -325,7 +325,13 @@ def _failure(
     return ExecutionResult(
         status=RolloutStatus.FAILURE,
         sample=sample,
-        err_message=str(exc) or type(exc).__name__,
+        err_message=_message(exc, stage),
         err_category=categorize_exception(exc),
         extra_fields=dict(diagnostics),
     )
+
+
+def _message(exc: BaseException, stage: str) -> str:
+    if isinstance(exc, SystemExit):
+        return f"the {stage} called sys.exit({exc.code!r})"
+    return str(exc) or type(exc).__name__

@@ -35,6 +35,7 @@ __all__ = [
     "ErrorChange",
     "Interval",
     "compare_runs",
+    "comparison_json",
     "regression_verdict",
     "row_key",
 ]
@@ -199,6 +200,15 @@ def regression_verdict(cmp: Comparison, delta: float) -> Verdict:
         f"{cmp.paired} paired rollouts over {cmp.paired_rows} rows)"
     )
     return Verdict(name=name, held=not regressed, message=message)
+
+
+def comparison_json(cmp: Comparison, verdict: Verdict | None = None) -> str:
+    """The comparison (and the regression verdict, or null) as one JSON document."""
+    return _Document(**cmp.model_dump(), verdict=verdict).model_dump_json(indent=2)
+
+
+class _Document(Comparison):
+    verdict: Verdict | None
 
 
 def _score(line: ResultLine, threshold: float) -> _Score | None:

@@ -40,6 +40,7 @@ from osmosis_run.types import (
     AgentWorkflowConfig,
     BaseConfig,
     ExecutionOutcome,
+    GraderConfig,
     ExecutionRequest,
     ExecutionResult,
     RolloutErrorCategory,
@@ -126,7 +127,7 @@ class Runner:
             s.workflow_config, s.workflow_config_overrides, AgentWorkflowConfig, "workflow_config"
         )
         grader_config = _config(
-            s.grader_config, s.grader_config_overrides, BaseConfig, "grader_config"
+            s.grader_config, s.grader_config_overrides, GraderConfig, "grader_config"
         )
         fingerprint = build_fingerprint(s, self.selection, workflow_cls, grader_cls)
         run_dir = Path(s.out) if s.out else default_run_dir(s, fingerprint)

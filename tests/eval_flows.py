@@ -123,3 +123,10 @@ class Stubborn(AgentWorkflow[AgentWorkflowConfig]):
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:
                 continue
+
+
+class Quitter(AgentWorkflow[AgentWorkflowConfig]):
+    """Call sys.exit() from inside a rollout."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        raise SystemExit(4)

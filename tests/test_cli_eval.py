@@ -537,3 +537,12 @@ def test_stdin_dataset(cli: Cli, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert [line.row_id for line in results(tmp_path / "run")] == ["q0", "q1", "q2"]
     assert os.path.exists(tmp_path / "run/summary.json")
+
+
+def test_sys_exit_in_a_workflow_fails_only_that_rollout(cli: Cli, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
+    result = cli("eval", str(data), "-w", "eval_flows:Quitter", "--out", "run")
+    assert result.exit_code == 3
+    assert [(x.status, x.error_category, x.error_message) for x in results(tmp_path / "run")] == [
+        ("failure", "agent_error", "the workflow called sys.exit(4)")
+    ] * 2

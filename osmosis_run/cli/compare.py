@@ -1,9 +1,140 @@
-"""`osmosis-run compare` (placeholder until the command lands)."""
+"""``osmosis-run compare``: two run directories -> Comparison -> rendered (or --json) -> exit code."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
 import typer
+
+from osmosis_run.cli import exit_codes
+
+if TYPE_CHECKING:
+    from osmosis_run.compare import Comparison
+    from osmosis_run.gates import Verdict
 
 
 def register(app: typer.Typer) -> None:
-    """Add the compare command to ``app`` (nothing yet)."""
+    """Add the compare command to ``app``."""
+    app.command("compare", epilog=exit_codes.EXIT_CODES_HELP)(compare_command)
+
+
+def compare_command(
+    run_a: Annotated[
+        Path, typer.Argument(help="The baseline run directory (A).", show_default=False)
+    ],
+    run_b: Annotated[
+        Path, typer.Argument(help="The candidate run directory (B).", show_default=False)
+    ],
+    metric: Annotated[
+        Literal["mean", "pass_rate"],
+        typer.Option(
+            "--metric",
+            help="What --fail-on-regression judges: mean reward (failures count 0) or pass rate.",
+        ),
+    ] = "mean",
+    fail_on_regression: Annotated[
+        float | None,
+        typer.Option(
+            "--fail-on-regression",
+            min=0.0,
+            help="Exit 1 when B is worse than A by more than this (e.g. 0.02) and the 95% "
+            "confidence interval of the difference excludes zero.",
+            show_default=False,
+        ),
+    ] = None,
+    pass_threshold: Annotated[
+        float | None,
+        typer.Option(
+            "--pass-threshold",
+            help="A rollout passes when reward >= this (default: run A's).",
+            show_default=False,
+        ),
+    ] = None,
+    resamples: Annotated[
+        int, typer.Option("--resamples", min=1, help="Bootstrap resamples for the interval.")
+    ] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
+    json_output: Annotated[
+        bool,
+        typer.Option("--json", help="Print the comparison as one JSON document to stdout."),
+    ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write a self-contained HTML diff report here.", show_default=False
+        ),
+    ] = None,
+) -> None:
+    """Compare run B with run A rollout by rollout: deltas with a paired bootstrap CI, flips,
+    new and fixed errors.
+    """
+    raise typer.Exit(
+        run_compare(
+            run_a,
+            run_b,
+            metric=metric,
+            fail_on_regression=fail_on_regression,
+            pass_threshold=pass_threshold,
+            resamples=resamples,
+            seed=seed,
+            json_output=json_output,
+            html=html,
+        )
+    )
+
+
+def run_compare(
+    run_a: Path,
+    run_b: Path,
+    *,
+    metric: Literal["mean", "pass_rate"],
+    fail_on_regression: float | None,
+    pass_threshold: float | None,
+    resamples: int,
+    seed: int,
+    json_output: bool,
+    html: Path | None,
+) -> int:
+    """Load both runs, compare, render, write the HTML report; return the exit code."""
+    from osmosis_run.cli import render
+    from osmosis_run.compare import compare_runs, regression_verdict
+    from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.report import open_run
+
+    try:
+        a = open_run(run_a, pass_threshold=pass_threshold)
+        b = open_run(run_b, pass_threshold=pass_threshold)
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    cmp = compare_runs(
+        a, b, metric=metric, resamples=resamples, seed=seed, pass_threshold=pass_threshold
+    )
+    verdict = None if fail_on_regression is None else regression_verdict(cmp, fail_on_regression)
+    _show(cmp, verdict, json_output=json_output)
+    if html is not None:
+        from osmosis_run.html_report import write_compare_html
+
+        try:
+            write_compare_html(a, b, html)
+        except OsmosisRunError as exc:
+            render.print_error(exc)
+            return exit_codes.USAGE
+        render.err.print(f"osmosis-run: wrote HTML report {html}", markup=False)
+    if verdict is not None and not verdict.held:
+        return exit_codes.GATE_FAILED
+    return exit_codes.OK
+
+
+def _show(cmp: Comparison, verdict: Verdict | None, *, json_output: bool) -> None:
+    from osmosis_run.cli import render
+    from osmosis_run.compare import comparison_json
+
+    if json_output:
+        sys.stdout.write(comparison_json(cmp, verdict) + "\n")
+    else:
+        render.print_comparison(cmp)
+    if verdict is not None:
+        render.print_verdicts([verdict])

@@ -1,9 +1,140 @@
-"""`osmosis-run init` (placeholder until the command lands)."""
+"""``osmosis-run init``: write a small rollout project that runs offline at once.
+
+The files come from ``cli/templates/*.tmpl`` (``string.Template``, ``${name}`` style):
+
+    NAME/rollout.py        a workflow, a grader and a config instance
+    NAME/dataset.jsonl     ten rows
+    NAME/eval.toml         the run; its paths are relative to it, and its folder is importable
+    NAME/test_rollout.py   pytest tests of the grader
+    NAME/README.md, NAME/.gitignore
+"""
 
 from __future__ import annotations
 
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Annotated, Any
+
 import typer
+
+from osmosis_run.cli import exit_codes
+
+# What init writes -> the template it comes from.
+FILES = {
+    "rollout.py": "rollout.py.tmpl",
+    "dataset.jsonl": "dataset.jsonl.tmpl",
+    "eval.toml": "eval.toml.tmpl",
+    "test_rollout.py": "test_rollout.py.tmpl",
+    "README.md": "README.md.tmpl",
+    ".gitignore": "gitignore.tmpl",
+}
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+class InitError(Exception):
+    """The project cannot be written where asked; the message says why and what to do."""
+
+
+def _opt(*names: str, help: str) -> Any:  # noqa: A002
+    return typer.Option(*names, help=help, show_default=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add the init command to ``app`` (nothing yet)."""
+    """Add the init command to ``app``."""
+    app.command("init")(init_command)
+
+
+def init_command(
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="Project name: letters, digits, _ and -, starting with a letter; it names "
+            "the folder (./NAME) and the classes in rollout.py.",
+            show_default=False,
+        ),
+    ],
+    directory: Annotated[
+        Path | None, _opt("--dir", help="Folder to write the project into (default ./NAME).")
+    ] = None,
+    force: Annotated[
+        bool,
+        _opt(
+            "--force",
+            help="Write into a folder that is not empty, replacing files of the same names.",
+        ),
+    ] = False,
+) -> None:
+    """Create a rollout project that runs at once: workflow, grader, dataset, config, tests.
+
+    Then: osmosis-run eval --config NAME/eval.toml (offline, from any folder).
+    """
+    from osmosis_run.cli import render
+
+    target = directory if directory is not None else Path(name)
+    try:
+        written = scaffold(name, target, force=force)
+    except InitError as exc:
+        render.print_error(exc)
+        raise typer.Exit(exit_codes.USAGE) from None
+    for path in written:
+        render.err.print(f"created {path}", markup=False)
+    render.err.print(
+        f"next: osmosis-run eval --config {target / 'eval.toml'}  "
+        f"(and: pytest {target / 'test_rollout.py'})",
+        markup=False,
+    )
+
+
+def scaffold(name: str, target: Path, *, force: bool = False) -> list[Path]:
+    """Write the project files into ``target`` and return their paths.
+
+    Raises:
+        InitError: the name is not valid, or ``target`` is in the way.
+    """
+    if not _NAME.fullmatch(name):
+        raise InitError(
+            f'"{name}" is not a valid project name: use letters, digits, "_" and "-", '
+            "starting with a letter, at most 64 characters (for example my_agent); "
+            "to choose where the project goes, use --dir"
+        )
+    _check_target(target, force=force)
+    target.mkdir(parents=True, exist_ok=True)
+    values = {"name": name, "cls": class_prefix(name), "where": target.as_posix()}
+    written = []
+    for filename, template in FILES.items():
+        path = target / filename
+        _write(path, render_template(template, values))
+        written.append(path)
+    return written
+
+
+def class_prefix(name: str) -> str:
+    """``"my-agent"`` and ``"my_agent"`` -> ``"MyAgent"``."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[-_]+", name) if part)
+
+
+def render_template(template: str, values: dict[str, str]) -> str:
+    """The text of one template with ``values`` filled in."""
+    text = (resources.files("osmosis_run.cli") / "templates" / template).read_text("utf-8")
+    return Template(text).substitute(values)
+
+
+def _check_target(target: Path, *, force: bool) -> None:
+    if target.exists() and not target.is_dir():
+        raise InitError(f"{target} exists and is not a folder; choose another NAME or --dir")
+    if target.is_dir() and any(target.iterdir()) and not force:
+        raise InitError(
+            f"{target} exists and is not empty; choose another NAME or --dir, or pass --force "
+            "to write the project files into it"
+        )
+
+
+def _write(path: Path, text: str) -> None:
+    """Write a whole file under a temporary name, then rename it into place."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)

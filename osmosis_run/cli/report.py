@@ -166,7 +166,7 @@ def print_failures(categories: list[FailureCategory]) -> None:
     if not categories:
         return
     total = sum(category.count for category in categories)
-    lines = [f"failures: {total} rollouts"]
+    lines = ["", f"failures: {total} rollouts"]
     for category in categories:
         lines.append(f"  {category.category}: {category.count}")
         for group in category.groups:
@@ -189,6 +189,7 @@ def print_slowest(slowest: list[SlowRollout]) -> None:
 
     if not slowest:
         return
+    err.print()
     table = Table(title="slowest rollouts", title_justify="left", box=None, pad_edge=False)
     for name in ("rollout", "status", "total ms", "workflow ms", "grader ms", "reward"):
         table.add_column(name, justify="left" if name in ("rollout", "status") else "right")

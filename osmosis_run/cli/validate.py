@@ -1,4 +1,4 @@
-"""``osmosis-run validate``: options -> EvalSettings -> validate() -> problems on stderr -> exit code.
+"""``osmosis-run validate``: options -> EvalSettings -> validate() -> problems -> exit code.
 
 ``eval --dry-run`` calls ``run_validate`` with its own settings, so both check the same way.
 """
@@ -37,10 +37,12 @@ _EPILOG = (
 )
 
 
-def validate_command(  # noqa: PLR0913  (a command's options are its signature)
+def validate_command(
     dataset: Annotated[
         str | None,
-        typer.Argument(help="JSONL dataset file, or - to read rows from stdin.", show_default=False),
+        typer.Argument(
+            help="JSONL dataset file, or - to read rows from stdin.", show_default=False
+        ),
     ] = None,
     config: Annotated[
         Path | None,
@@ -49,7 +51,9 @@ def validate_command(  # noqa: PLR0913  (a command's options are its signature)
     workflow: Annotated[
         str | None, _opt("--workflow", "-w", help="AgentWorkflow class as module:Class.")
     ] = None,
-    grader: Annotated[str | None, _opt("--grader", "-g", help="Grader class as module:Class.")] = None,
+    grader: Annotated[
+        str | None, _opt("--grader", "-g", help="Grader class as module:Class.")
+    ] = None,
     workflow_config: Annotated[
         str | None,
         _opt("--workflow-config", help="AgentWorkflowConfig instance as module:attr."),
@@ -60,7 +64,9 @@ def validate_command(  # noqa: PLR0913  (a command's options are its signature)
     samples: Annotated[
         int | None, _opt("--samples", "-n", help="Rollouts per row (default 1).", panel=_SELECT)
     ] = None,
-    limit: Annotated[int | None, _opt("--limit", help="Take at most N rows.", panel=_SELECT)] = None,
+    limit: Annotated[
+        int | None, _opt("--limit", help="Take at most N rows.", panel=_SELECT)
+    ] = None,
     offset: Annotated[
         int | None, _opt("--offset", help="Skip the first K rows.", panel=_SELECT)
     ] = None,
@@ -83,7 +89,9 @@ def validate_command(  # noqa: PLR0913  (a command's options are its signature)
     its file:line, then a count line. Every row is read, whatever the selection; the selection
     options only change how many rollouts the count line announces.
     """
-    values = {key: value for key, value in locals().items() if key != "config" and value is not None}
+    values = {
+        key: value for key, value in locals().items() if key != "config" and value is not None
+    }
     raise typer.Exit(_validate_main(values, config))
 
 
@@ -105,8 +113,11 @@ def _validate_main(values: dict[str, Any], config: Path | None) -> int:
 
 
 def run_validate(settings: EvalSettings) -> int:
-    """Validate ``settings`` (``validate`` and ``eval --dry-run``), print what was found, and
-    return the exit code: 0 when clean, 2 on any problem or loading error."""
+    """Validate ``settings``, print what was found, and return the exit code.
+
+    Both ``validate`` and ``eval --dry-run`` end here: 0 when clean, 2 on any problem or any
+    loading error (printed in one line).
+    """
     from osmosis_run.cli import render
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.validate import validate
@@ -126,10 +137,14 @@ def report_lines(report: ValidationReport, *, shown: int = SHOWN_PROBLEMS) -> li
     lines = report.problems[:shown]
     if report.problem_count > len(lines):
         lines.append(f"... and {report.problem_count - len(lines)} more")
-    count = f"{report.dataset}: {report.rows} rows, {report.invalid} invalid"
+    count = f"{report.dataset}: {_plural(report.rows, 'row')}, {report.invalid} invalid"
     if report.selected != report.rows or report.samples != 1:
         count += (
-            f"; selected {report.selected} rows x {report.samples} samples "
-            f"= {report.rollouts} rollouts"
+            f"; selected {_plural(report.selected, 'row')} x "
+            f"{_plural(report.samples, 'sample')} = {_plural(report.rollouts, 'rollout')}"
         )
     return [*lines, count]
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,0 +1,665 @@
+"""Pictures of a run: one self-contained HTML file (inline CSS, JavaScript and SVG; no network).
+
+``render_run_html(run)`` draws one run: the summary numbers, a reward histogram, workflow and
+grader latency, the pass@k curve when rows were sampled two or more times, counts by status and
+error category, and a table of rollouts that can be filtered, sorted and paged; clicking a
+rollout shows its transcript, reward, error message and traceback, and links to its files.
+``render_compare_html(a, b)`` draws two runs paired by rollout id: both runs' numbers and their
+deltas, paired reward deltas, and the rows that flipped (pass -> fail, fail -> pass) with both
+transcripts side by side. ``write_run_html`` and ``write_compare_html`` write the file with links
+relative to where it is written, so they work when the HTML sits in or next to the run directory.
+
+The page embeds its data once, as JSON in a ``<script type="application/json">`` block (every
+``<``, ``>`` and ``&`` escaped, so no ``</script>`` or ``<!--`` in a dataset can end it), and its
+own script draws it: tables are paged, and a transcript becomes DOM only when it is opened.
+Everything that comes from a dataset or a model is inserted as text, never as markup, and a
+Content Security Policy lets only the page's own script run and blocks every network request.
+
+Limits, so that a 20,000-rollout run stays a file a browser opens in about a second:
+
+- Message content over 4,000 characters keeps its first 3,000 and last 1,000, with a marker
+  saying how many were cut; tool-call arguments and reasoning over 2,000 keep 1,500 + 500.
+- A transcript over 120 messages keeps its first 20 and its last 100.
+- When all transcripts together are over 8,000,000 characters, only failing rollouts' transcripts
+  are embedded (failure, timeout, invalid, or reward below the pass threshold; on the comparison
+  page, flipped rows first, then rows failing in either run), up to that budget. The others say
+  so and link to their ``trajectory.json``.
+- Error messages, labels, metadata and metrics are cut at 2,000 characters each; tracebacks keep
+  their last 8,000. At most 50 artifact files are listed per rollout.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import math
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from osmosis_run import __version__
+from osmosis_run.records import ERROR_STATUSES, STATUSES, ResultLine
+from osmosis_run.rundata import RunData, load_run
+from osmosis_run.store import ROLLOUTS
+
+__all__ = ["render_compare_html", "render_run_html", "write_compare_html", "write_run_html"]
+
+MAX_CONTENT_CHARS = 4_000
+MAX_ARGUMENT_CHARS = 2_000
+MAX_MESSAGES = 120
+KEEP_FIRST_MESSAGES = 20
+TRANSCRIPT_BUDGET_CHARS = 8_000_000
+MAX_FIELD_CHARS = 2_000
+MAX_TRACEBACK_CHARS = 8_000
+MAX_ARTIFACTS = 50
+METRIC_KEYS = 12
+
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_HANDLED_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+_REASONING_KEYS = ("reasoning_content", "reasoning")
+
+
+def render_run_html(run: RunData, *, html_dir: Path | None = None) -> str:
+    """Render the report of one run as a self-contained HTML page.
+
+    Args:
+        run: the run, as ``load_run`` reads it.
+        html_dir: the folder the page will be saved in, for relative links to the rollouts'
+            files; by default the run directory itself.
+    """
+    base = _link_base(run.run_dir, html_dir if html_dir is not None else run.run_dir)
+    rollouts = _rollouts(run)
+    embedding = _embed(rollouts, lambda r: 0 if r.failing else None)
+    payload = {
+        "kind": "run",
+        "run": _run_info(run, base),
+        "summary": run.summary.model_dump(mode="json"),
+        "charts": _charts(run),
+        "metrics": _metric_means(run.lines),
+        "rows": [r.row for r in rollouts],
+        "limits": embedding,
+    }
+    return _page(f"{_name(run)} · osmosis-run report", payload)
+
+
+def write_run_html(run_dir: Path, out: Path) -> Path:
+    """Write the report of the run in ``run_dir`` to ``out`` and return ``out``.
+
+    Raises:
+        RunDirError: ``run_dir`` is not a run directory.
+    """
+    text = render_run_html(load_run(run_dir), html_dir=out.parent)
+    return _write(out, text)
+
+
+def render_compare_html(a: RunData, b: RunData, *, html_dir: Path | None = None) -> str:
+    """Render a comparison of run ``a`` (before) and run ``b`` (after), paired by rollout id.
+
+    Args:
+        a: the baseline run.
+        b: the candidate run.
+        html_dir: the folder the page will be saved in, for relative links; by default the
+            folder that holds both run directories.
+    """
+    where = html_dir if html_dir is not None else _common_dir(a.run_dir, b.run_dir)
+    rows_a = {r.row["i"]: r for r in _rollouts(a)}
+    rows_b = {r.row["i"]: r for r in _rollouts(b)}
+    pairs = _pairs(rows_a, rows_b)
+    embedding = _embed([*rows_a.values(), *rows_b.values()], lambda r: r.compare_priority)
+    payload = {
+        "kind": "compare",
+        "a": {**_run_info(a, _link_base(a.run_dir, where)), "summary": _dump(a)},
+        "b": {**_run_info(b, _link_base(b.run_dir, where)), "summary": _dump(b)},
+        "paired": _paired_stats(pairs),
+        "pairs": [p.row for p in pairs],
+        "limits": embedding,
+    }
+    return _page(f"{_name(a)} vs {_name(b)} · osmosis-run comparison", payload)
+
+
+def write_compare_html(run_a: Path, run_b: Path, out: Path) -> Path:
+    """Write the comparison of the runs in ``run_a`` and ``run_b`` to ``out`` and return ``out``.
+
+    Raises:
+        RunDirError: either directory is not a run directory.
+    """
+    text = render_compare_html(load_run(run_a), load_run(run_b), html_dir=out.parent)
+    return _write(out, text)
+
+
+# -- the page ---------------------------------------------------------------------------------
+
+
+def _page(title: str, payload: dict[str, Any]) -> str:
+    assets = resources.files("osmosis_run") / "html"
+    script = assets.joinpath("report.js").read_text(encoding="utf-8")
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    payload = {**payload, "version": __version__, "generated_at": time.time()}
+    values = {
+        "title": html.escape(title),
+        "version": html.escape(__version__),
+        "css": assets.joinpath("report.css").read_text(encoding="utf-8"),
+        "script_hash": f"sha256-{digest}",
+        "data": script_json(payload),
+        "js": script,
+    }
+    template = assets.joinpath("report.html").read_text(encoding="utf-8")
+    # One pass: text put in a placeholder is never scanned for placeholders again.
+    return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
+
+
+def script_json(value: Any) -> str:
+    """Serialize ``value`` as JSON safe inside a ``<script>`` element.
+
+    ``<``, ``>`` and ``&`` become ``\\u003c`` etc. (so neither ``</script>`` nor ``<!--`` can
+    appear), and lone surrogates, which UTF-8 cannot encode, become U+FFFD.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _write(out: Path, text: str) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(f".{out.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, out)
+    return out
+
+
+def _link_base(run_dir: Path, html_dir: Path) -> str:
+    """The relative URL prefix from the page's folder to the run directory ("" or "a/b/")."""
+    try:
+        relative = os.path.relpath(run_dir.resolve(), html_dir.resolve())
+    except ValueError:  # another drive on Windows: no relative path exists
+        return run_dir.resolve().as_uri() + "/"
+    if relative == ".":
+        return ""
+    return "/".join(_quote(part) for part in Path(relative).parts) + "/"
+
+
+def _quote(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+def _common_dir(a: Path, b: Path) -> Path:
+    try:
+        return Path(os.path.commonpath([a.resolve(), b.resolve()]))
+    except ValueError:
+        return a.resolve().parent
+
+
+def _name(run: RunData) -> str:
+    return run.run_dir.resolve().name or str(run.run_dir)
+
+
+def _dump(run: RunData) -> dict[str, Any]:
+    return run.summary.model_dump(mode="json")
+
+
+def _run_info(run: RunData, base: str) -> dict[str, Any]:
+    config = run.config
+    fields = ("dataset", "workflow", "grader", "samples", "pass_threshold", "no_messages")
+    return {
+        "name": _name(run),
+        "base": base,
+        **{key: config[key] for key in fields if key in config},
+        "pass_threshold": run.summary.pass_threshold,
+    }
+
+
+# -- rollouts ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Rollout:
+    """One rollout as the page embeds it: ``row`` is its JSON object, with short keys."""
+
+    row: dict[str, Any]
+    transcript: list[dict[str, Any]] | None
+    size: int
+    failing: bool
+    compare_priority: int | None = None
+
+
+def _rollouts(run: RunData) -> list[_Rollout]:
+    threshold = run.summary.pass_threshold
+    lines = sorted(run.lines, key=lambda line: (line.row_index, line.sample_index, line.rollout_id))
+    return [_rollout(line, threshold, run.run_dir / ROLLOUTS / line.rollout_id) for line in lines]
+
+
+def _rollout(line: ResultLine, threshold: float, where: Path) -> _Rollout:
+    passed = _passed(line, threshold)
+    row: dict[str, Any] = {
+        "i": line.rollout_id,
+        "r": line.row_index,
+        "l": line.line,
+        "s": line.sample_index,
+        "st": line.status,
+        "a": line.attempts,
+    }
+    optional = {
+        "rid": line.row_id,
+        "ec": line.error_category,
+        "em": _clip(line.error_message, MAX_FIELD_CHARS),
+        "rw": _finite(line.reward),
+        "p": passed,
+        "wm": _finite(line.workflow_ms),
+        "gm": _finite(line.grader_ms),
+        "lb": _clip(line.label, MAX_FIELD_CHARS),
+        "md": _clip_json(line.metadata),
+        "m": _clip_json(line.metrics or None),
+    }
+    row.update({key: value for key, value in optional.items() if value is not None})
+    row.update(_files(where))
+    messages = line.messages
+    if line.status in ERROR_STATUSES or line.error_message is not None:
+        details = _error_details(where / "result.json")
+        row.update({k: v for k, v in details.items() if k != "prompt"})
+        if messages is None and details.get("prompt"):
+            messages, row["tp"] = details["prompt"], True
+    transcript, size = _transcript(messages) if messages is not None else (None, 0)
+    return _Rollout(row, transcript, size, failing=passed is False)
+
+
+def _passed(line: ResultLine, threshold: float) -> bool | None:
+    if line.reward is not None:
+        return line.reward >= threshold
+    return False if line.status in ERROR_STATUSES else None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _clip(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+
+
+def _clip_json(value: Any) -> Any:
+    """``value`` itself when its JSON is short, else its JSON text cut at the field limit."""
+    if value is None:
+        return None
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= MAX_FIELD_CHARS else _clip(text, MAX_FIELD_CHARS)
+
+
+def _files(where: Path) -> dict[str, Any]:
+    """Which of result.json and trajectory.json exist, and the artifact files (capped)."""
+    try:
+        names = {entry.name for entry in os.scandir(where)}
+    except OSError:
+        return {}
+    flags = ("r" if "result.json" in names else "") + ("t" if "trajectory.json" in names else "")
+    found: dict[str, Any] = {"f": flags}
+    if "artifacts" in names:
+        artifacts = _artifacts(where / "artifacts")
+        if artifacts:
+            found["af"] = artifacts[:MAX_ARTIFACTS]
+            if len(artifacts) > MAX_ARTIFACTS:
+                found["afn"] = len(artifacts)
+    return found
+
+
+def _artifacts(root: Path) -> list[list[Any]]:
+    found: list[list[Any]] = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        relative = Path(folder).relative_to(root)
+        for name in sorted(files):
+            path = relative / name
+            try:
+                size = (Path(folder) / name).stat().st_size
+            except OSError:
+                size = None
+            found.append([path.as_posix(), size])
+        if len(found) > 10 * MAX_ARTIFACTS:
+            break
+    return found
+
+
+def _error_details(path: Path) -> dict[str, Any]:
+    """The traceback, stage and (for a transcript-less failure) the prompt, from result.json."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    details: dict[str, Any] = {}
+    error = doc.get("error")
+    if isinstance(error, dict):
+        traceback = error.get("traceback")
+        if isinstance(traceback, str):
+            cut = max(0, len(traceback) - MAX_TRACEBACK_CHARS)
+            details["tb"] = ("… [earlier lines cut]\n" if cut else "") + traceback[cut:]
+        if isinstance(error.get("stage"), str):
+            details["es"] = error["stage"]
+    request = doc.get("request")
+    if isinstance(request, dict) and isinstance(request.get("prompt"), list):
+        details["prompt"] = request["prompt"]
+    return details
+
+
+# -- transcripts ------------------------------------------------------------------------------
+
+
+def _transcript(messages: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    """Messages in the page's short form, capped; and a cheap estimate of their JSON size."""
+    out = [_message(m) if isinstance(m, dict) else _message({"content": m}) for m in messages]
+    if len(out) > MAX_MESSAGES:
+        tail = MAX_MESSAGES - KEEP_FIRST_MESSAGES
+        gap = {"r": "gap", "om": len(out) - MAX_MESSAGES}
+        out = [*out[:KEEP_FIRST_MESSAGES], gap, *out[-tail:]]
+    size = sum(_size(m) for m in out)
+    return out, size
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value) + 3
+    if isinstance(value, dict):
+        return sum(len(k) + 4 + _size(v) for k, v in value.items()) + 2
+    if isinstance(value, list):
+        return sum(_size(v) + 1 for v in value) + 2
+    return 6
+
+
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"r": str(message.get("role") or "message")[:40]}
+    content = _text(message.get("content"))
+    if content:
+        out.update(_cut(content, MAX_CONTENT_CHARS, "c"))
+    for key in _REASONING_KEYS:
+        if isinstance(message.get(key), str) and message[key]:
+            out.update(_cut(message[key], MAX_ARGUMENT_CHARS, "rs"))
+            break
+    if message.get("name") is not None:
+        out["n"] = str(message["name"])[:200]
+    if message.get("tool_call_id") is not None:
+        out["tid"] = str(message["tool_call_id"])[:200]
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        out["tc"] = [_tool_call(call) for call in calls]
+    extra = {k: v for k, v in message.items() if k not in _HANDLED_KEYS and k not in _REASONING_KEYS}
+    if extra:
+        out["x"] = _clip(json.dumps(extra, ensure_ascii=False, default=str), MAX_FIELD_CHARS)
+    return out
+
+
+def _tool_call(call: Any) -> dict[str, Any]:
+    if not isinstance(call, dict):
+        return _cut(json.dumps(call, ensure_ascii=False, default=str), MAX_ARGUMENT_CHARS, "a")
+    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    assert isinstance(function, dict)
+    name = function.get("name", call.get("name"))
+    arguments = function.get("arguments", call.get("arguments"))
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False, default=str)
+    out: dict[str, Any] = {"id": str(call.get("id") or ""), "n": str(name or "")}
+    out.update(_cut(arguments, MAX_ARGUMENT_CHARS, "a"))
+    return out
+
+
+def _text(content: Any) -> str:
+    """The text of message content: a string, or the parts of a list ("[image]" for images)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_part_text(part) for part in content)
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, dict):
+        if isinstance(part.get("text"), str):
+            return str(part["text"])
+        return f"[{part.get('type') or 'part'}]"
+    return part if isinstance(part, str) else json.dumps(part, default=str)
+
+
+def _cut(text: str, limit: int, key: str) -> dict[str, Any]:
+    """``{key: text}``, or its head, tail and the number of characters cut between them."""
+    if len(text) <= limit:
+        return {key: text}
+    head, tail = limit * 3 // 4, limit // 4
+    return {key: text[:head], key + "x": len(text) - head - tail, key + "t": text[-tail:]}
+
+
+def _embed(rollouts: list[_Rollout], priority: Callable[[_Rollout], int | None]) -> dict[str, Any]:
+    """Put transcripts into their rows: all when they fit the budget, else by ``priority``."""
+    with_transcript = [r for r in rollouts if r.transcript is not None]
+    total = sum(r.size for r in with_transcript)
+    chosen = with_transcript
+    if total > TRANSCRIPT_BUDGET_CHARS:
+        ranked = sorted(
+            (r for r in with_transcript if priority(r) is not None),
+            key=lambda r: priority(r) or 0,
+        )
+        chosen, spent = [], 0
+        for r in ranked:
+            if spent + r.size <= TRANSCRIPT_BUDGET_CHARS:
+                chosen.append(r)
+                spent += r.size
+    chosen_ids = {id(r) for r in chosen}
+    for r in with_transcript:
+        if id(r) in chosen_ids:
+            r.row["t"] = r.transcript
+        else:
+            r.row["tz"] = 1
+    return {
+        "transcripts": len(with_transcript),
+        "embedded": len(chosen),
+        "budget_chars": TRANSCRIPT_BUDGET_CHARS,
+        "over_budget": total > TRANSCRIPT_BUDGET_CHARS,
+        "max_content_chars": MAX_CONTENT_CHARS,
+        "max_messages": MAX_MESSAGES,
+        "max_artifacts": MAX_ARTIFACTS,
+    }
+
+
+# -- charts and numbers -----------------------------------------------------------------------
+
+
+def _charts(run: RunData) -> dict[str, Any]:
+    summary = run.summary
+    rewards = [line.reward for line in run.lines if line.reward is not None]
+    workflow = [line.workflow_ms for line in run.lines if line.workflow_ms is not None]
+    grader = [line.grader_ms for line in run.lines if line.grader_ms is not None]
+    return {
+        "reward": _histogram([r for r in rewards if math.isfinite(r)]),
+        "latency": _latency(workflow, grader),
+        "status": [[s, summary.counts[s]] for s in STATUSES if summary.counts.get(s)],
+        "categories": sorted(summary.error_categories.items(), key=lambda kv: (-kv[1], kv[0])),
+    }
+
+
+def _histogram(values: list[float]) -> dict[str, Any] | None:
+    """Ten equal bins over [0, 1] when the values fit there, else over [min, max]."""
+    if not values:
+        return None
+    low, high = min(values), max(values)
+    if low >= 0.0 and high <= 1.0:
+        low, high = 0.0, 1.0
+    elif high - low < 1e-12:
+        low, high = low - 0.5, high + 0.5
+    bins = 10
+    width = (high - low) / bins
+    counts = [0] * bins
+    for value in values:
+        counts[min(bins - 1, int((value - low) / width))] += 1
+    return {"edges": [low + width * i for i in range(bins + 1)], "counts": counts}
+
+
+def _latency(workflow: list[float], grader: list[float]) -> dict[str, Any] | None:
+    """Log-spaced bins (a quarter decade wide, or wider for very wide ranges) for both stages."""
+    positive = [v for v in (*workflow, *grader) if v > 0 and math.isfinite(v)]
+    if not positive:
+        return None
+    start = math.floor(math.log10(min(positive)) * 4) / 4
+    stop = math.ceil(math.log10(max(positive)) * 4) / 4
+    step = 0.25 if stop - start <= 8 else 0.5
+    bins = max(1, math.ceil(round((stop - start) / step, 6)))
+    edges = [10 ** (start + step * i) for i in range(bins + 1)]
+
+    def count(values: list[float]) -> list[int]:
+        counts = [0] * bins
+        for v in values:
+            if not math.isfinite(v):
+                continue
+            at = (math.log10(v) - start) / step if v > 0 else 0.0
+            counts[min(bins - 1, max(0, int(at)))] += 1
+        return counts
+
+    return {"edges": edges, "workflow": count(workflow), "grader": count(grader)}
+
+
+def _metric_means(lines: Iterable[ResultLine]) -> list[list[Any]]:
+    """``[name, mean, count]`` of the numeric rollout metrics seen most often."""
+    sums: dict[str, float] = {}
+    counts: Counter[str] = Counter()
+    for line in lines:
+        for key, value in (line.metrics or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                if math.isfinite(value):
+                    sums[key] = sums.get(key, 0.0) + value
+                    counts[key] += 1
+    top = sorted(counts, key=lambda k: (-counts[k], k))[:METRIC_KEYS]
+    return [[key[:200], sums[key] / counts[key], counts[key]] for key in sorted(top)]
+
+
+# -- comparison -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pair:
+    row: dict[str, Any]
+    kind: str
+    delta: float | None
+
+
+_OUTCOMES = ("pass", "fail", "error", "none")
+
+
+def _outcome(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "missing"
+    if row["st"] in ERROR_STATUSES:
+        return "error"
+    passed = row.get("p")
+    return "none" if passed is None else ("pass" if passed else "fail")
+
+
+def _scored_reward(row: dict[str, Any] | None) -> float | None:
+    """The reward as the summary's "reward (all)" counts it: failures count 0."""
+    if row is None:
+        return None
+    if "rw" in row:
+        return float(row["rw"])
+    return 0.0 if row["st"] in ERROR_STATUSES else None
+
+
+def _pairs(rows_a: dict[str, _Rollout], rows_b: dict[str, _Rollout]) -> list[_Pair]:
+    def order(key: str) -> tuple[int, int, str]:
+        row = (rows_a.get(key) or rows_b[key]).row
+        return row["r"], row["s"], key
+
+    pairs: list[_Pair] = []
+    for key in sorted(rows_a.keys() | rows_b.keys(), key=order):
+        sides = [side for side in (rows_a.get(key), rows_b.get(key)) if side is not None]
+        a, b = (rows_a[key].row if key in rows_a else None), (rows_b[key].row if key in rows_b else None)
+        kind = _kind(a, b)
+        wa, wb = _scored_reward(a), _scored_reward(b)
+        delta = wb - wa if wa is not None and wb is not None else None
+        row: dict[str, Any] = {"i": key, "k": kind, "A": a, "B": b}
+        if delta is not None:
+            row["d"] = delta
+        pairs.append(_Pair(row, kind, delta))
+        # Over the transcript budget, flipped rows come first, then rows failing in either run.
+        failing = any(side.failing for side in sides)
+        priority = 0 if kind in ("pf", "fp") else (1 if failing else None)
+        for side in sides:
+            side.compare_priority = priority
+    return pairs
+
+
+def _kind(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+    """pf/fp: flipped pass->fail or fail->pass; pp/ff: same; oa/ob: only in A/B; na: other."""
+    if a is None:
+        return "ob"
+    if b is None:
+        return "oa"
+    pa, pb = a.get("p"), b.get("p")
+    if pa is True and pb is False:
+        return "pf"
+    if pa is False and pb is True:
+        return "fp"
+    if pa is True and pb is True:
+        return "pp"
+    if pa is False and pb is False:
+        return "ff"
+    return "na"
+
+
+def _paired_stats(pairs: list[_Pair]) -> dict[str, Any]:
+    kinds = Counter(p.kind for p in pairs)
+    deltas = [p.delta for p in pairs if p.delta is not None]
+    matrix = Counter((_outcome(p.row["A"]), _outcome(p.row["B"])) for p in pairs)
+    both = [p for p in pairs if p.row["A"] is not None and p.row["B"] is not None]
+    stats: dict[str, Any] = {
+        "kinds": dict(kinds),
+        "both": len(both),
+        "scored": len(deltas),
+        "improved": sum(d > 1e-12 for d in deltas),
+        "worsened": sum(d < -1e-12 for d in deltas),
+        "outcomes": list(_OUTCOMES),
+        "matrix": [[matrix[(x, y)] for y in _OUTCOMES] for x in _OUTCOMES],
+        "delta_hist": _delta_histogram(deltas),
+    }
+    stats.update(_mean_delta(pairs, deltas))
+    return stats
+
+
+def _mean_delta(pairs: list[_Pair], deltas: list[float]) -> dict[str, Any]:
+    if not deltas:
+        return {}
+    scored = [p for p in pairs if p.delta is not None]
+    mean_a = sum(_scored_reward(p.row["A"]) or 0.0 for p in scored) / len(scored)
+    mean_b = sum(_scored_reward(p.row["B"]) or 0.0 for p in scored) / len(scored)
+    mean = sum(deltas) / len(deltas)
+    out: dict[str, Any] = {"mean_a": mean_a, "mean_b": mean_b, "mean_delta": mean}
+    if len(deltas) >= 2:
+        variance = sum((d - mean) ** 2 for d in deltas) / (len(deltas) - 1)
+        out["se"] = math.sqrt(variance / len(deltas))
+    pass_a = sum(p.row["A"].get("p") is True for p in scored) / len(scored)
+    pass_b = sum(p.row["B"].get("p") is True for p in scored) / len(scored)
+    out.update(pass_a=pass_a, pass_b=pass_b)
+    return out
+
+
+def _delta_histogram(deltas: list[float]) -> dict[str, Any] | None:
+    """21 bins symmetric around 0 (one centred on it), as wide as the largest change."""
+    if not deltas:
+        return None
+    reach = max(1.0 if all(abs(d) <= 1.0 for d in deltas) else max(abs(d) for d in deltas), 1e-9)
+    bins = 21
+    width = 2 * reach / (bins - 1)
+    low = -reach - width / 2
+    counts = [0] * bins
+    for d in deltas:
+        counts[min(bins - 1, max(0, int((d - low) / width)))] += 1
+    return {"edges": [low + width * i for i in range(bins + 1)], "counts": counts}
