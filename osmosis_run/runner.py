@@ -92,6 +92,7 @@ class Runner:
         self.backend: LocalBackend | None = None
         self.planned: int | None = None
         self._finished: set[str] = set()
+        self._resumed = 0
         self._metrics = MetricsAccumulator(
             pass_threshold=settings.pass_threshold,
             samples=settings.samples,
@@ -144,6 +145,7 @@ class Runner:
         for line in self.store.load_finished(drop_failed=s.retry_failed):
             self._finished.add(line.rollout_id)
             self._metrics.add(line)
+        self._resumed = len(self._finished)
         self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
         self.planned = _count_planned(s, self.selection)
 
@@ -194,6 +196,8 @@ class Runner:
         wall = time.perf_counter() - self._started if self._started else None
         summary = self._metrics.summary(planned=self.planned, wall_s=wall)
         summary.interrupted = interrupted
+        ran = summary.rollouts - self._resumed
+        summary.throughput_per_s = ran / wall if wall and ran else None
         summary.complete = not interrupted and (
             self.planned is None or summary.rollouts >= self.planned
         )

@@ -32,7 +32,7 @@ FILES = {
     ".gitignore": "gitignore.tmpl",
 }
 
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 
 
 class InitError(Exception):
@@ -98,7 +98,7 @@ def scaffold(name: str, target: Path, *, force: bool = False) -> list[Path]:
     if not _NAME.fullmatch(name):
         raise InitError(
             f'"{name}" is not a valid project name: use letters, digits, "_" and "-", '
-            "starting with a letter, at most 64 characters (for example my_agent); "
+            "starting with a letter, at most 40 characters (for example my_agent); "
             "to choose where the project goes, use --dir"
         )
     _check_target(target, force=force)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from osmosis_run.gates import Verdict
@@ -138,14 +139,16 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def summary_table(summary: Summary, *, title: str) -> Table:
-    """The summary as a two-column table."""
-    table = Table(title=title, show_header=False, title_justify="left", box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for label, value in summary_rows(summary):
-        table.add_row(label, value)
-    return table
+def summary_table(summary: Summary, *, title: str) -> Text:
+    """The summary as aligned label/value lines; never wrapped, so logs stay greppable."""
+    text = Text(title + "\n", style="bold")
+    rows = summary_rows(summary)
+    width = max(len(label) for label, _ in rows) + 2
+    for label, value in rows:
+        text.append(label.ljust(width), style="bold")
+        text.append(value + "\n")
+    text.rstrip()
+    return text
 
 
 def summary_rows(s: Summary) -> list[tuple[str, str]]:
