@@ -279,6 +279,7 @@ def _rollout_context(rollout_id: str) -> RolloutContext:
         rollout_id=rollout_id,
         chat_completions_url=outer.chat_completions_url,
         api_key=outer.api_key,
+        seed=outer.seed,
     )
 
 

@@ -279,9 +279,7 @@ def _empty(metric: CompareMetric) -> Delta:
     return Delta(metric=metric, a=None, b=None, delta=None, ci=None)
 
 
-def _bootstrap(
-    rows: list[list[float]], *, resamples: int, seed: int
-) -> tuple[Interval, Interval]:
+def _bootstrap(rows: list[list[float]], *, resamples: int, seed: int) -> tuple[Interval, Interval]:
     """Percentile intervals of the two mean deltas, resampling whole rows with replacement."""
     rng = random.Random(seed)
     reward_sums = [row[0] for row in rows]

@@ -82,6 +82,8 @@ class RolloutContext:
     """The ambient context of one rollout: its id, the model endpoint and the sample source.
 
     Entering it makes it what ``get_rollout_context()`` returns; leaving restores the one before.
+    ``seed`` (an osmosis-run addition) is this rollout's seed: derived from the row, the sample
+    index and ``--seed``, never from execution order, so randomness in a workflow reproduces.
     Empty fields are filled from ``OSMOSIS_CHAT_COMPLETIONS_URL``, ``OSMOSIS_API_KEY`` and
     ``OSMOSIS_ROLLOUT_ID``.
     """
@@ -90,6 +92,7 @@ class RolloutContext:
     api_key: str | None = field(default=None, repr=False)
     rollout_id: str = ""
     sample_source: SampleSource | None = None
+    seed: int | None = None
     _tokens: list[Token[RolloutContext | None]] = field(
         default_factory=list, init=False, repr=False, compare=False
     )

@@ -468,6 +468,7 @@ def _embed(rollouts: list[_Rollout], priority: Callable[[_Rollout], int | None])
         "over_budget": total > TRANSCRIPT_BUDGET_CHARS,
         "max_content_chars": MAX_CONTENT_CHARS,
         "max_messages": MAX_MESSAGES,
+        "keep_first_messages": KEEP_FIRST_MESSAGES,
         "max_artifacts": MAX_ARTIFACTS,
     }
 

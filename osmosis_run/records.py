@@ -58,6 +58,7 @@ class ResultLine(BaseModel):
     messages: list[dict[str, Any]] | None = None
     label: str | None = None
     metadata: dict[str, Any] | None = None
+    seed: int | None = None
     finished_at: float | None = None
 
 

@@ -105,7 +105,9 @@ def open_run(
     if pass_threshold is not None and not math.isfinite(pass_threshold):
         raise ConfigError(f"--pass-threshold {pass_threshold}: must be a finite number")
     if not run_dir.exists():
-        raise RunDirError(f"{run_dir} does not exist; give the directory `osmosis-run eval` printed")
+        raise RunDirError(
+            f"{run_dir} does not exist; give the directory `osmosis-run eval` printed"
+        )
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is a file, not a run directory")
     try:
@@ -179,7 +181,9 @@ def _category(
 ) -> FailureCategory:
     ranked = sorted(by_message, key=lambda message: -totals[category, message])
     groups = [
-        FailureGroup(message=message, count=totals[category, message], rollout_ids=by_message[message])
+        FailureGroup(
+            message=message, count=totals[category, message], rollout_ids=by_message[message]
+        )
         for message in ranked[:max_groups]
     ]
     return FailureCategory(

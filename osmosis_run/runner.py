@@ -32,7 +32,7 @@ from osmosis_run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.loading import load_class, load_instance
 from osmosis_run.metrics import MetricsAccumulator
 from osmosis_run.records import ResultLine, RolloutState, Summary
-from osmosis_run.selection import Selection, parse_rows_spec, parse_shard, select
+from osmosis_run.selection import Selection, parse_rows_spec, parse_shard, select, stable_hash
 from osmosis_run.serialize import dumps
 from osmosis_run.settings import EvalSettings, settings_to_toml
 from osmosis_run.store import RUN_CONFIG, RunStore
@@ -40,9 +40,9 @@ from osmosis_run.types import (
     AgentWorkflowConfig,
     BaseConfig,
     ExecutionOutcome,
-    GraderConfig,
     ExecutionRequest,
     ExecutionResult,
+    GraderConfig,
     RolloutErrorCategory,
     RolloutStatus,
     json_copy,
@@ -78,6 +78,7 @@ class _Job:
     row: Row
     sample_index: int
     rollout_id: str
+    seed: int
     attempt_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -174,12 +175,8 @@ class Runner:
                 run_dir=self.store.dir, planned=self.planned, done=len(self._finished)
             )
         interrupted = False
-        s = self.settings
         try:
-            with RolloutContext(
-                chat_completions_url=s.chat_completions_url or "", api_key=s.api_key
-            ):
-                await self._execute()
+            await self._execute()
         except asyncio.CancelledError:
             if not self._stopping or self._main is None:
                 raise
@@ -221,14 +218,15 @@ class Runner:
             for k in range(self.settings.samples):
                 rid = rollout_id(row.part, k)
                 if rid not in self._finished:
-                    yield _Job(row, k, rid)
+                    yield _Job(row, k, rid, rollout_seed(self.settings.seed, row.key, k))
 
     async def _run_job(self, job: _Job, window: asyncio.Semaphore | None) -> None:
         try:
             request = self._request(job)
             attempts = self.settings.retries + 1
             for attempt in range(1, attempts + 1):
-                outcome, timings = await self._attempt(request)
+                with self._context(job):
+                    outcome, timings = await self._attempt(request)
                 result = outcome.result
                 if attempt == attempts or result.err_category not in TRANSIENT:
                     break
@@ -238,6 +236,16 @@ class Runner:
         finally:
             if window is not None:
                 window.release()
+
+    def _context(self, job: _Job) -> RolloutContext:
+        """The ambient context the backend's per-rollout context inherits from."""
+        s = self.settings
+        return RolloutContext(
+            chat_completions_url=s.chat_completions_url or "",
+            api_key=s.api_key,
+            rollout_id=job.rollout_id,
+            seed=job.seed,
+        )
 
     def _request(self, job: _Job) -> ExecutionRequest:
         row, s = job.row, self.settings
@@ -303,6 +311,7 @@ class Runner:
             messages=messages,
             label=job.row.label,
             metadata=job.row.metadata,
+            seed=job.seed,
             finished_at=round(time.time(), 3),
         )
 
@@ -371,6 +380,11 @@ def _timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> 
         err_category=RolloutErrorCategory.TIMEOUT,
         extra_fields={"stage": stage},
     )
+
+
+def rollout_seed(seed: int, row_key: str, sample_index: int) -> int:
+    """The seed of one rollout: a function of ``--seed``, the row and the sample index only."""
+    return stable_hash("rollout", seed, row_key, sample_index) & 0x7FFFFFFF
 
 
 def _status(outcome: ExecutionOutcome) -> RolloutState:

@@ -92,7 +92,9 @@ def _rows(s: Summary) -> list[tuple[str, str]]:
     if s.error_categories:
         rows.append(("errors", ", ".join(f"{n} {c}" for c, n in s.error_categories.items())))
     rows.append(("mean reward (failures 0)", f"{_num(s.reward_all.mean)} (n={s.reward_all.count})"))
-    rows.append(("mean reward (graded)", f"{_num(s.reward_graded.mean)} (n={s.reward_graded.count})"))
+    rows.append(
+        ("mean reward (graded)", f"{_num(s.reward_graded.mean)} (n={s.reward_graded.count})")
+    )
     rate = "-" if s.pass_rate is None else f"{s.pass_rate:.1%}"
     rows.append(
         ("pass rate", f"{rate} ({s.passed}/{s.reward_all.count} at reward >= {s.pass_threshold:g})")

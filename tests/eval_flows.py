@@ -130,3 +130,12 @@ class Quitter(AgentWorkflow[AgentWorkflowConfig]):
 
     async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
         raise SystemExit(4)
+
+
+class SeedEcho(AgentWorkflow[AgentWorkflowConfig]):
+    """Answer with this rollout's seed."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        rollout = get_rollout_context()
+        assert rollout is not None
+        return [*ctx.prompt, {"role": "assistant", "content": str(rollout.seed)}]

@@ -546,3 +546,20 @@ def test_sys_exit_in_a_workflow_fails_only_that_rollout(cli: Cli, tmp_path: Path
     assert [(x.status, x.error_category, x.error_message) for x in results(tmp_path / "run")] == [
         ("failure", "agent_error", "the workflow called sys.exit(4)")
     ] * 2
+
+
+def test_rollout_seeds_depend_on_row_sample_and_seed_not_on_order(cli: Cli, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(6))
+
+    def seeds(out: str, *args: str) -> dict[str, str]:
+        result = cli("eval", str(data), "-w", "eval_flows:SeedEcho", "-n", "2", "--out", out, *args)
+        assert result.exit_code == 0, result.stderr
+        lines = results(tmp_path / out)
+        assert all(str(line.seed) == (line.messages or [])[-1]["content"] for line in lines)
+        return {line.rollout_id: str(line.seed) for line in lines}
+
+    plain = seeds("a", "-c", "8")
+    assert seeds("b", "-c", "1", "--shuffle", "--seed", "0") == plain
+    assert len(set(plain.values())) == 12
+    other = seeds("c", "--seed", "7")
+    assert set(other.values()).isdisjoint(plain.values())

@@ -147,7 +147,7 @@ def test_the_pass_rate_metric_judges_pass_rate(tmp_path: Path) -> None:
 
     cmp = compare_runs(a, b, metric="pass_rate")
 
-    assert cmp.mean.delta == pytest.approx(0.2)
+    assert cmp.mean.delta == pytest.approx(0.225)
     assert cmp.pass_rate.delta == pytest.approx(-0.25)
     assert cmp.primary is cmp.pass_rate
     assert not regression_verdict(cmp, 0.1).held
@@ -288,8 +288,13 @@ def test_resamples_must_be_positive(tmp_path: Path) -> None:
 
 
 def write_pair(tmp_path: Path, pair: Callable[[Path], tuple[RunData, RunData]]) -> Comparison:
+    """Write runs ``a`` and ``b`` into ``tmp_path``; their comparison as the CLI will name them."""
     a, b = pair(tmp_path)
-    return compare_runs(a, b)
+    return as_named_by_cli(compare_runs(a, b))
+
+
+def as_named_by_cli(cmp: Comparison) -> Comparison:
+    return cmp.model_copy(update={"run_a": Path("a"), "run_b": Path("b")})
 
 
 def test_cli_fails_on_a_known_regression(cli: Cli, tmp_path: Path) -> None:
@@ -304,7 +309,10 @@ def test_cli_fails_on_a_known_regression(cli: Cli, tmp_path: Path) -> None:
     assert lines[1].split() == ["A", "B", "B", "-", "A", "95%", "CI"]
     assert lines[2].split()[:5] == ["mean", "reward", "1.000", "0.500", "-0.500"]
     assert lines[3].split()[:5] == ["pass", "rate", "100.0%", "50.0%", "-50.0%"]
-    assert lines[4] == "paired: 200 rollouts over 200 rows; unpaired: 0 only in A, 0 only in B; unscored: 0"
+    assert (
+        lines[4]
+        == "paired: 200 rollouts over 200 rows; unpaired: 0 only in A, 0 only in B; unscored: 0"
+    )
     assert lines[5].startswith("pass -> fail (100): r0.s0, r2.s0, r4.s0, ")
     assert lines[5].endswith(", r38.s0 (+80 more)")
     assert lines[6] == "new errors (50):"
@@ -346,7 +354,7 @@ def test_cli_json_is_one_document_on_stdout(cli: Cli, tmp_path: Path) -> None:
 
 def test_cli_metric_seed_and_resamples_reach_the_comparison(cli: Cli, tmp_path: Path) -> None:
     a, b = noise_pair(tmp_path)
-    expected = compare_runs(a, b, metric="pass_rate", seed=9, resamples=300)
+    expected = as_named_by_cli(compare_runs(a, b, metric="pass_rate", seed=9, resamples=300))
 
     result = cli(
         "compare", "a", "b", "--json", "--metric", "pass_rate", "--seed", "9", "--resamples", "300"
@@ -379,7 +387,10 @@ def test_cli_compares_two_real_eval_runs(cli: Cli, tmp_path: Path) -> None:
             ["a", "nope"],
             "error: nope does not exist; give the directory `osmosis-run eval` printed",
         ),
-        (["a", "a", "--pass-threshold", "inf"], "error: --pass-threshold inf: must be a finite number"),
+        (
+            ["a", "a", "--pass-threshold", "inf"],
+            "error: --pass-threshold inf: must be a finite number",
+        ),
     ],
 )
 def test_cli_bad_run_dirs_are_usage_errors(

@@ -175,9 +175,7 @@ def test_report_of_an_interrupted_run(cli: Cli, tmp_path: Path) -> None:
     lines_out = stderr_lines(result)
     assert lines_out[0] == "osmosis-run: interrupted run"
     assert lines_out[1].split() == "rollouts 3 of 10: 1 failure, 2 success".split()
-    assert (
-        "osmosis-run: the run was interrupted; re-run its eval command to resume it" in lines_out
-    )
+    assert "osmosis-run: the run was interrupted; re-run its eval command to resume it" in lines_out
     document = json.loads(cli("report", "run", "--json").stdout)
     assert document["state"] == "interrupted"
     summary = Summary.model_validate(document["summary"])
@@ -211,7 +209,11 @@ def test_group_by_breaks_the_summary_down(cli: Cli, tmp_path: Path) -> None:
     document = json.loads(cli("report", "run", "--group-by", "metadata.op", "--json").stdout)
 
     assert result.exit_code == 0
-    groups = {line.split()[0]: line.split()[1:] for line in stderr_lines(result) if line.startswith("metadata.")}
+    groups = {
+        line.split()[0]: line.split()[1:]
+        for line in stderr_lines(result)
+        if line.startswith("metadata.")
+    }
     assert groups == {
         "metadata.op=(none)": "1 rollouts mean 0.000 pass 0.0% errors 1".split(),
         "metadata.op=add": "2 rollouts mean 0.500 pass 50.0% errors 0".split(),
@@ -230,7 +232,9 @@ def test_pass_threshold_overrides_the_runs_own(cli: Cli, tmp_path: Path) -> None
     write_run(tmp_path / "run", [line("a.s0", reward=0.6), line("b.s0", reward=0.4)])
 
     default = json.loads(cli("report", "run", "--json").stdout)["summary"]
-    lowered = json.loads(cli("report", "run", "--json", "--pass-threshold", "0.5").stdout)["summary"]
+    lowered = json.loads(cli("report", "run", "--json", "--pass-threshold", "0.5").stdout)[
+        "summary"
+    ]
 
     assert (default["pass_threshold"], default["pass_rate"]) == (1.0, 0.0)
     assert (lowered["pass_threshold"], lowered["pass_rate"]) == (0.5, 0.5)
@@ -239,7 +243,10 @@ def test_pass_threshold_overrides_the_runs_own(cli: Cli, tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["missing"], "error: missing does not exist; give the directory `osmosis-run eval` printed"),
+        (
+            ["missing"],
+            "error: missing does not exist; give the directory `osmosis-run eval` printed",
+        ),
         (
             ["empty"],
             "error: empty is not an osmosis-run run directory (no results.jsonl); "
@@ -247,7 +254,10 @@ def test_pass_threshold_overrides_the_runs_own(cli: Cli, tmp_path: Path) -> None
         ),
         (["file.txt"], "error: file.txt is a file, not a run directory"),
         (["run", "--group-by", "op"], 'error: --group-by op: must look like "metadata.KEY"'),
-        (["run", "--pass-threshold", "nan"], "error: --pass-threshold nan: must be a finite number"),
+        (
+            ["run", "--pass-threshold", "nan"],
+            "error: --pass-threshold nan: must be a finite number",
+        ),
     ],
 )
 def test_unusable_input_is_a_one_line_usage_error(
@@ -390,7 +400,11 @@ def test_build_report_of_a_loaded_run(tmp_path: Path) -> None:
     document = build_report(run, slowest=1)
     data: dict[str, Any] = json.loads(document.model_dump_json())
 
-    assert (document.state, document.summary.rollouts, document.summary.errors) == ("finished", 6, 3)
+    assert (document.state, document.summary.rollouts, document.summary.errors) == (
+        "finished",
+        6,
+        3,
+    )
     assert [s.rollout_id for s in document.slowest] == ["e.s0"]
     assert [c.category for c in document.failures] == ["agent_error", "timeout"]
     assert data["summary"]["groups"]["mul"]["errors"] == 2

@@ -128,7 +128,7 @@ def run_validate(settings: EvalSettings) -> int:
         render.print_error(exc)
         return exit_codes.USAGE
     for line in report_lines(report):
-        render.err.print(line, markup=False)
+        render.err.print(line, markup=False, emoji=False)
     return exit_codes.OK if report.ok else exit_codes.USAGE
 
 

@@ -1,0 +1,855 @@
+/* osmosis-run HTML report: draws the JSON embedded in #osmosis-data (osmosis_run/html_report.py).
+ *
+ * One rule keeps it safe: text from a dataset or a model reaches the DOM only as text
+ * (textContent, text nodes, attribute values), never as markup. No innerHTML anywhere.
+ */
+(function () {
+  "use strict";
+
+  const DATA = JSON.parse(document.getElementById("osmosis-data").textContent);
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const STATUSES = ["success", "ungraded", "removed", "failure", "timeout", "invalid"];
+  const ERROR_STATUSES = new Set(["failure", "timeout", "invalid"]);
+
+  // -- DOM helpers ---------------------------------------------------------------------------
+
+  function build(node, attrs, kids) {
+    if (attrs) {
+      for (const [key, value] of Object.entries(attrs)) {
+        if (value === null || value === undefined || value === false) continue;
+        if (key === "text") node.textContent = String(value);
+        else if (key.startsWith("on")) {
+          if (typeof value !== "function") throw new TypeError("handler must be a function");
+          node.addEventListener(key.slice(2), value);
+        } else node.setAttribute(key, value === true ? "" : String(value));
+      }
+    }
+    append(node, kids);
+    return node;
+  }
+
+  function append(node, kids) {
+    for (const kid of kids) {
+      if (kid === null || kid === undefined || kid === false) continue;
+      if (Array.isArray(kid)) append(node, kid);
+      else if (kid instanceof Node) node.appendChild(kid);
+      else node.appendChild(document.createTextNode(String(kid)));
+    }
+    return node;
+  }
+
+  const el = (tag, attrs, ...kids) => build(document.createElement(tag), attrs, kids);
+  const sv = (tag, attrs, ...kids) => build(document.createElementNS(SVG_NS, tag), attrs, kids);
+  const clear = (node) => { while (node.firstChild) node.removeChild(node.firstChild); return node; };
+
+  // -- formatting ----------------------------------------------------------------------------
+
+  const isNum = (x) => typeof x === "number" && Number.isFinite(x);
+  const int = (x) => (isNum(x) ? Math.round(x).toLocaleString("en-US") : "—");
+  const fix = (x, d = 3) => (isNum(x) ? x.toFixed(d) : "—");
+  const pct = (x, d = 1) => (isNum(x) ? (x * 100).toFixed(d) + "%" : "—");
+  const signed = (x, d = 3) => (isNum(x) ? (x > 0 ? "+" : x < 0 ? "−" : "±") + Math.abs(x).toFixed(d) : "—");
+  function ms(x) {
+    if (!isNum(x)) return "—";
+    if (x < 1) return x.toFixed(2) + " ms";
+    if (x < 100) return x.toFixed(1) + " ms";
+    if (x < 1000) return x.toFixed(0) + " ms";
+    if (x < 60000) return (x / 1000).toFixed(2) + " s";
+    return (x / 60000).toFixed(1) + " min";
+  }
+  function seconds(s) {
+    if (!isNum(s)) return "—";
+    if (s < 60) return s.toFixed(2) + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
+    return (s / 3600).toFixed(1) + " h";
+  }
+  function bytes(n) {
+    if (!isNum(n)) return "";
+    if (n < 1024) return n + " B";
+    if (n < 1048576) return (n / 1024).toFixed(1) + " KB";
+    return (n / 1048576).toFixed(1) + " MB";
+  }
+  function short(x) {
+    if (!isNum(x)) return "—";
+    if (x === 0) return "0";
+    const a = Math.abs(x);
+    if (a >= 100 || Number.isInteger(x)) return String(Math.round(x * 100) / 100);
+    return String(Number(x.toPrecision(2)));
+  }
+  function niceMax(x) {
+    if (x <= 0) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(x)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= x) return m * p;
+    return 10 * p;
+  }
+  const basename = (path) => String(path).split(/[\\/]/).pop();
+
+  // -- small pieces --------------------------------------------------------------------------
+
+  function pill(status) {
+    if (!status) return el("span", { class: "pill missing", text: "absent" });
+    const known = STATUSES.includes(status) ? status : "ungraded";
+    return el("span", { class: "pill " + known, text: status });
+  }
+
+  function rewardText(row) {
+    if (!row || !isNum(row.rw)) return el("span", { class: "muted", text: "—" });
+    const cls = row.p === true ? "pass" : row.p === false ? "fail" : "";
+    return el("span", { class: "reward " + cls, text: fix(row.rw, 3) });
+  }
+
+  function deltaChip(delta, digits, { percent = false, lowerIsBetter = false } = {}) {
+    if (!isNum(delta)) return el("span", { class: "delta", text: "—" });
+    const good = lowerIsBetter ? delta < 0 : delta > 0;
+    const cls = Math.abs(delta) < 1e-12 ? "" : good ? "up" : "down";
+    const text = percent ? signed(delta * 100, 1) + " pp" : signed(delta, digits);
+    return el("span", { class: "delta " + cls, text });
+  }
+
+  function card(title, sub, ...body) {
+    return el("section", { class: "card chart" },
+      el("div", { class: "card-head" }, el("h2", { text: title })),
+      sub ? el("p", { class: "sub", text: sub }) : null, body);
+  }
+
+  function kpi(label, value, detail, extra) {
+    return el("div", { class: "card kpi" + (extra ? " " + extra : "") },
+      el("div", { class: "label", text: label }),
+      el("div", { class: "value" }, value),
+      detail ? el("div", { class: "detail", text: detail }) : null);
+  }
+
+  // -- charts --------------------------------------------------------------------------------
+
+  /* A vertical histogram: one rect.bar per bin (empty bins too), so bins can be counted. */
+  function histogram(spec) {
+    const W = 560, H = 230, L = 44, R = 10, T = 16, B = 38;
+    const counts = spec.counts, n = counts.length;
+    const top = niceMax(Math.max(...counts, 1));
+    const bw = (W - L - R) / n;
+    const y = (v) => T + (H - T - B) * (1 - v / top);
+    const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": spec.label, class: spec.cls || "" });
+    for (const f of [0, 0.5, 1]) {
+      svg.appendChild(sv("line", { class: f ? "grid" : "axis", x1: L, x2: W - R, y1: y(top * f), y2: y(top * f) }));
+      svg.appendChild(sv("text", { x: L - 6, y: y(top * f) + 4, "text-anchor": "end", text: short(top * f) }));
+    }
+    const total = counts.reduce((a, b) => a + b, 0) || 1;
+    counts.forEach((count, i) => {
+      const x = L + i * bw, h = (H - T - B) * (count / top);
+      const title = `${spec.edgeText(i)}: ${int(count)} (${pct(count / total)})`;
+      const rect = sv("rect", {
+        class: "bar" + (spec.onBar ? " clickable" : "") + (spec.barClass ? " " + spec.barClass(i) : ""),
+        x: x + 1.5, y: y(count), width: Math.max(bw - 3, 1), height: Math.max(h, 0), rx: 2,
+        "data-count": count,
+      }, sv("title", { text: title }));
+      if (spec.onBar) rect.addEventListener("click", () => spec.onBar(i));
+      svg.appendChild(rect);
+      if (spec.onBar) {
+        const hit = sv("rect", { class: "hit", x, y: T, width: bw, height: H - T - B }, sv("title", { text: title }));
+        hit.addEventListener("click", () => spec.onBar(i));
+        svg.insertBefore(hit, svg.firstChild);
+      }
+      if (n <= 12 && count > 0) {
+        svg.appendChild(sv("text", { class: "bar-label", x: x + bw / 2, y: y(count) - 4, "text-anchor": "middle", text: int(count) }));
+      }
+    });
+    const every = Math.ceil((n + 1) / 11);
+    spec.edges.forEach((edge, i) => {
+      if (i % every && i !== n) return;
+      svg.appendChild(sv("text", { x: L + i * bw, y: H - B + 15, "text-anchor": "middle", text: spec.edgeLabel(edge, i) }));
+    });
+    svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", text: spec.xTitle }));
+    return svg;
+  }
+
+  /* Horizontal bars: a labelled row per item, clickable to filter. */
+  function hbars(items, { label, onPick, fill }) {
+    const W = 560, rowH = 30, L = 128, R = 92, T = 4;
+    const H = T * 2 + rowH * items.length;
+    const max = Math.max(...items.map((it) => it[1]), 1);
+    const total = items.reduce((a, it) => a + it[1], 0) || 1;
+    const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label });
+    items.forEach(([name, count], i) => {
+      const y = T + i * rowH;
+      const w = Math.max(((W - L - R) * count) / max, 2);
+      const shown = name.length > 18 ? name.slice(0, 17) + "…" : name;
+      const g = sv("g", { class: "hrow", "data-name": name },
+        sv("rect", { class: "hit", x: 0, y, width: W, height: rowH }),
+        sv("text", { class: "name", x: L - 10, y: y + rowH / 2 + 4, "text-anchor": "end", text: shown }),
+        sv("rect", { class: "bar clickable " + fill(name), x: L, y: y + 6, width: w, height: rowH - 12, rx: 3, "data-count": count }),
+        sv("text", { class: "count", x: L + w + 8, y: y + rowH / 2 + 4, text: int(count) }),
+        sv("text", { class: "pct", x: W - 4, y: y + rowH / 2 + 4, "text-anchor": "end", text: pct(count / total) }),
+        sv("title", { text: `${name}: ${int(count)} (${pct(count / total)}); click to filter` }));
+      g.addEventListener("click", () => onPick(name));
+      svg.appendChild(g);
+    });
+    return svg;
+  }
+
+  /* Workflow and grader latency on one log-scale axis: two stacked histograms. */
+  function latencyChart(spec, summary) {
+    const W = 560, L = 76, R = 12, T = 10, PH = 78, GAP = 22, B = 34;
+    const series = [["workflow", spec.workflow, summary.workflow_ms], ["grader", spec.grader, summary.grader_ms]]
+      .filter((s) => s[1].some((c) => c > 0));
+    const H = T + series.length * PH + (series.length - 1) * GAP + B;
+    const n = spec.edges.length - 1, bw = (W - L - R) / n;
+    const lo = Math.log10(spec.edges[0]), hi = Math.log10(spec.edges[n]);
+    const xOf = (v) => L + ((Math.log10(v) - lo) / (hi - lo)) * (W - L - R);
+    const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "latency distribution" });
+    series.forEach(([name, counts, dist], s) => {
+      const top = T + s * (PH + GAP), max = Math.max(...counts, 1);
+      svg.appendChild(sv("text", { class: "series-label", x: 0, y: top + 14, text: name }));
+      svg.appendChild(sv("text", { x: 0, y: top + 30, text: "p50 " + ms(dist.p50) }));
+      svg.appendChild(sv("line", { class: "axis", x1: L, x2: W - R, y1: top + PH, y2: top + PH }));
+      counts.forEach((count, i) => {
+        const h = (PH - 4) * (count / max);
+        svg.appendChild(sv("rect", {
+          class: "bar lat-" + name, x: L + i * bw + 1, y: top + PH - h, width: Math.max(bw - 2, 1), height: h, rx: 1.5, "data-count": count,
+        }, sv("title", { text: `${name} ${ms(spec.edges[i])}–${ms(spec.edges[i + 1])}: ${int(count)}` })));
+      });
+      for (const [q, v] of [["p50", dist.p50], ["p90", dist.p90], ["p99", dist.p99]]) {
+        if (!isNum(v) || v <= 0) continue;
+        const x = Math.min(Math.max(xOf(v), L), W - R);
+        svg.appendChild(sv("line", { class: "marker", x1: x, x2: x, y1: top + 2, y2: top + PH }));
+        svg.appendChild(sv("text", { class: "marker-label", x: x + 3, y: top + 10 + (q === "p90" ? 10 : q === "p99" ? 20 : 0), text: q }));
+      }
+    });
+    const axisY = H - B + 16;
+    for (let e = Math.ceil(lo - 1e-9); e <= Math.floor(hi + 1e-9); e++) {
+      const v = Math.pow(10, e);
+      svg.appendChild(sv("text", { x: xOf(v), y: axisY, "text-anchor": "middle", text: ms(v).replace(".00", "").replace(".0 ", " ") }));
+    }
+    svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 2, "text-anchor": "middle", text: "milliseconds (log scale)" }));
+    return svg;
+  }
+
+  /* pass@k and pass^k against k (1, 2, 4, ...), one circle.pt per point. */
+  function passAtK(summary) {
+    const W = 560, H = 230, L = 44, R = 20, T = 14, B = 38;
+    const ks = summary.pass_at_k.map((p) => p.k);
+    const xs = (i) => L + (ks.length === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (ks.length - 1));
+    const y = (v) => T + (H - T - B) * (1 - v);
+    const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "pass@k curve" });
+    for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+      svg.appendChild(sv("line", { class: f ? "grid" : "axis", x1: L, x2: W - R, y1: y(f), y2: y(f) }));
+      svg.appendChild(sv("text", { x: L - 6, y: y(f) + 4, "text-anchor": "end", text: f.toFixed(2) }));
+    }
+    ks.forEach((k, i) => svg.appendChild(sv("text", { x: xs(i), y: H - B + 16, "text-anchor": "middle", text: "k=" + k })));
+    for (const [key, cls, name] of [["pass_hat_k", "pass-hat-k", "pass^k"], ["pass_at_k", "pass-at-k", "pass@k"]]) {
+      const points = summary[key];
+      const d = points.map((p, i) => (i ? "L" : "M") + xs(i).toFixed(1) + " " + y(p.value).toFixed(1)).join(" ");
+      svg.appendChild(sv("path", { class: "line " + cls, d }));
+      points.forEach((p, i) => {
+        svg.appendChild(sv("circle", { class: "pt " + cls, cx: xs(i), cy: y(p.value), r: 4.5 }, sv("title", { text: `${name} k=${p.k}: ${fix(p.value)}` })));
+        if (cls === "pass-at-k") svg.appendChild(sv("text", { class: "bar-label", x: xs(i), y: y(p.value) - 9, "text-anchor": "middle", text: fix(p.value, 3) }));
+      });
+    }
+    svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", text: "samples per row drawn (k)" }));
+    return svg;
+  }
+
+  /* The outcome transition matrix of a comparison: rows are A, columns are B. */
+  function matrixChart(outcomes, matrix) {
+    const n = outcomes.length, C = 62, L = 92, T = 40, W = L + n * C + 8, H = T + n * C + 8;
+    const max = Math.max(...matrix.flat(), 1);
+    const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "outcome transitions", style: "max-width:420px" });
+    svg.appendChild(sv("text", { class: "series-label", x: L + (n * C) / 2, y: 12, "text-anchor": "middle", text: "B (after)" }));
+    outcomes.forEach((name, j) => svg.appendChild(sv("text", { x: L + j * C + C / 2, y: T - 8, "text-anchor": "middle", text: name })));
+    outcomes.forEach((name, i) => {
+      svg.appendChild(sv("text", { x: L - 8, y: T + i * C + C / 2 + 4, "text-anchor": "end", text: "A " + name }));
+      outcomes.forEach((_, j) => {
+        const v = matrix[i][j], t = v / max;
+        const flip = (outcomes[i] === "pass") !== (outcomes[j] === "pass") && (outcomes[i] === "pass" || outcomes[j] === "pass");
+        const hue = !flip ? "79,70,229" : outcomes[j] === "pass" ? "22,163,74" : "220,38,38";
+        svg.appendChild(sv("rect", { class: "cell", x: L + j * C + 2, y: T + i * C + 2, width: C - 4, height: C - 4, rx: 6,
+          fill: `rgba(${hue},${v ? 0.08 + 0.82 * t : 0.03})`, "data-count": v }, sv("title", { text: `A ${outcomes[i]} → B ${outcomes[j]}: ${int(v)}` })));
+        if (i === j) svg.appendChild(sv("rect", { class: "cell-diag", x: L + j * C + 2, y: T + i * C + 2, width: C - 4, height: C - 4, rx: 6 }));
+        svg.appendChild(sv("text", { class: "cell-label" + (t > 0.55 ? " light" : ""), x: L + j * C + C / 2, y: T + i * C + C / 2 + 5, "text-anchor": "middle", text: int(v) }));
+      });
+    });
+    return svg;
+  }
+
+  // -- tables --------------------------------------------------------------------------------
+
+  /* A sortable, paged table over a filtered list of rows; only one page is ever in the DOM. */
+  class Table {
+    constructor({ columns, rows, pageSize = 50, sizes = [25, 50, 100, 250], onOpen, empty, name }) {
+      Object.assign(this, { columns, rows, pageSize, sizes, onOpen, empty, name });
+      this.filter = () => true;
+      this.sort = null;
+      this.page = 0;
+      this.view = rows.map((_, i) => i);
+      this.current = null;
+      this.tbody = el("tbody");
+      this.head = el("tr");
+      this.info = el("span", { class: "info" });
+      this.pageText = el("span", { class: "num" });
+      this.prev = el("button", { class: "btn", type: "button", "aria-label": "previous page", text: "‹ Prev", onclick: () => this.go(this.page - 1) });
+      this.next = el("button", { class: "btn", type: "button", "aria-label": "next page", text: "Next ›", onclick: () => this.go(this.page + 1) });
+      const size = el("select", { "aria-label": "rows per page", onchange: (e) => { this.pageSize = Number(e.target.value); this.go(0); } },
+        sizes.map((s) => el("option", { value: s, selected: s === pageSize, text: s + " / page" })));
+      this.pager = el("div", { class: "pager" }, this.info, el("div", { class: "controls" }, size, this.prev, this.pageText, this.next));
+      this.table = el("table", { class: "rollouts", "data-table": name || "" }, el("thead", null, this.head), this.tbody);
+      this.drawHead();
+    }
+    drawHead() {
+      clear(this.head);
+      for (const col of this.columns) {
+        const sorted = this.sort && this.sort.key === col.key;
+        const th = el("th", { class: (col.sort ? "sortable " : "") + (col.cls || ""), scope: "col", "aria-sort": sorted ? (this.sort.dir > 0 ? "ascending" : "descending") : null },
+          col.label, sorted ? el("span", { class: "arrow", text: this.sort.dir > 0 ? "▲" : "▼" }) : null);
+        if (col.sort) th.addEventListener("click", () => this.sortBy(col));
+        this.head.appendChild(th);
+      }
+    }
+    sortBy(col) {
+      const dir = this.sort && this.sort.key === col.key ? -this.sort.dir : col.firstDir || 1;
+      this.sort = { key: col.key, dir, get: col.sort };
+      this.drawHead();
+      this.refresh(true);
+    }
+    setFilter(fn) { this.filter = fn; this.refresh(false); }
+    refresh(keepPage) {
+      const rows = this.rows;
+      let view = [];
+      for (let i = 0; i < rows.length; i++) if (this.filter(rows[i])) view.push(i);
+      if (this.sort) {
+        const { get, dir } = this.sort;
+        const keyed = view.map((i) => [get(rows[i]), i]);
+        keyed.sort((a, b) => {
+          const x = a[0], y = b[0];
+          const xn = x === null || x === undefined, yn = y === null || y === undefined;
+          if (xn || yn) return xn && yn ? a[1] - b[1] : xn ? 1 : -1; // blanks last, either way
+          if (x < y) return -dir;
+          if (x > y) return dir;
+          return a[1] - b[1];
+        });
+        view = keyed.map((k) => k[1]);
+      }
+      this.view = view;
+      this.go(keepPage ? this.page : 0);
+    }
+    pages() { return Math.max(1, Math.ceil(this.view.length / this.pageSize)); }
+    go(page) {
+      this.page = Math.min(Math.max(page, 0), this.pages() - 1);
+      this.draw();
+    }
+    draw() {
+      clear(this.tbody);
+      const start = this.page * this.pageSize, end = Math.min(start + this.pageSize, this.view.length);
+      for (let p = start; p < end; p++) {
+        const row = this.rows[this.view[p]];
+        const tr = el("tr", { tabindex: 0, "data-id": row.i, class: this.current === row ? "current" : null,
+          onclick: () => this.onOpen(this, p), onkeydown: (e) => { if (e.key === "Enter") this.onOpen(this, p); } },
+        this.columns.map((col) => el("td", { class: col.cls || null }, col.cell(row))));
+        this.tbody.appendChild(tr);
+      }
+      if (start === end) {
+        this.tbody.appendChild(el("tr", { class: "empty-row" }, el("td", { colspan: this.columns.length, text: this.empty || "No rollouts match." })));
+      }
+      const total = this.rows.length, shown = this.view.length;
+      this.info.textContent = shown ? `${int(start + 1)}–${int(end)} of ${int(shown)}` + (shown < total ? ` (filtered from ${int(total)})` : "") : `0 of ${int(total)}`;
+      this.pageText.textContent = `${int(this.page + 1)} / ${int(this.pages())}`;
+      this.prev.disabled = this.page === 0;
+      this.next.disabled = this.page >= this.pages() - 1;
+    }
+    element(toolbar) {
+      return el("div", { class: "card table-card" }, toolbar, el("div", { class: "scroller" }, this.table), this.pager);
+    }
+  }
+
+  // -- search --------------------------------------------------------------------------------
+
+  function transcriptText(messages) {
+    const parts = [];
+    for (const m of messages || []) {
+      parts.push(m.c, m.ct, m.rs, m.rst, m.n, m.x);
+      for (const call of m.tc || []) parts.push(call.n, call.a, call.at);
+    }
+    return parts.filter(Boolean).join("\n");
+  }
+
+  function haystack(row) {
+    if (row._hay === undefined) {
+      const md = row.md === undefined ? "" : typeof row.md === "string" ? row.md : JSON.stringify(row.md);
+      row._hay = [row.i, row.rid, row.st, row.ec, row.em, row.lb, md, transcriptText(row.t)]
+        .filter((x) => x !== undefined && x !== null).join("\n").toLowerCase();
+    }
+    return row._hay;
+  }
+
+  function debounce(fn, wait) {
+    let timer = null;
+    return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), wait); };
+  }
+
+  // -- the drawer ----------------------------------------------------------------------------
+
+  const drawer = {
+    root: null, body: null, title: null, extra: null, backdrop: null, table: null, pos: 0, render: null,
+    init() {
+      this.backdrop = el("div", { class: "backdrop", onclick: () => this.close() });
+      this.title = el("div", { class: "title" });
+      this.extra = el("div", { class: "badges" });
+      this.prevBtn = el("button", { class: "btn", type: "button", title: "previous (k)", text: "↑", "aria-label": "previous rollout", onclick: () => this.step(-1) });
+      this.nextBtn = el("button", { class: "btn", type: "button", title: "next (j)", text: "↓", "aria-label": "next rollout", onclick: () => this.step(1) });
+      this.body = el("div", { class: "drawer-body" });
+      this.root = el("aside", { class: "drawer", role: "dialog", "aria-modal": "true", "aria-label": "rollout detail", "aria-hidden": "true" },
+        el("div", { class: "drawer-head" }, this.title, this.extra,
+          el("div", { class: "nav" }, this.prevBtn, this.nextBtn,
+            el("button", { class: "btn", type: "button", text: "✕ Close", "aria-label": "close", onclick: () => this.close() }))),
+        this.body);
+      document.body.append(this.backdrop, this.root);
+      document.addEventListener("keydown", (e) => {
+        if (!this.isOpen()) return;
+        if (e.key === "Escape") this.close();
+        else if (e.target instanceof HTMLInputElement || e.target instanceof HTMLSelectElement) return;
+        else if (e.key === "j" || e.key === "ArrowDown") { e.preventDefault(); this.step(1); }
+        else if (e.key === "k" || e.key === "ArrowUp") { e.preventDefault(); this.step(-1); }
+      });
+    },
+    isOpen() { return this.root.classList.contains("open"); },
+    open(table, pos, render, wide) {
+      this.table = table; this.pos = pos; this.render = render;
+      const row = table.rows[table.view[pos]];
+      table.current = row;
+      if (pos < table.page * table.pageSize || pos >= (table.page + 1) * table.pageSize) table.go(Math.floor(pos / table.pageSize));
+      else table.draw();
+      clear(this.title).textContent = row.i;
+      clear(this.extra);
+      clear(this.body);
+      render(row, this.body, this.extra);
+      this.body.scrollTop = 0;
+      this.root.classList.toggle("wide", Boolean(wide));
+      this.root.classList.add("open");
+      this.root.setAttribute("aria-hidden", "false");
+      this.backdrop.classList.add("open");
+      document.body.classList.add("drawer-open");
+      this.prevBtn.disabled = pos <= 0;
+      this.nextBtn.disabled = pos >= table.view.length - 1;
+      history.replaceState(null, "", "#rollout=" + encodeURIComponent(row.i));
+    },
+    step(delta) {
+      const pos = this.pos + delta;
+      if (this.table && pos >= 0 && pos < this.table.view.length) this.open(this.table, pos, this.render, this.root.classList.contains("wide"));
+    },
+    close() {
+      this.root.classList.remove("open");
+      this.root.setAttribute("aria-hidden", "true");
+      this.backdrop.classList.remove("open");
+      document.body.classList.remove("drawer-open");
+      if (this.table) { this.table.current = null; this.table.draw(); }
+      history.replaceState(null, "", location.pathname + location.search);
+    },
+  };
+
+  function openFromHash(table, render, wide) {
+    const match = /^#rollout=(.*)$/.exec(location.hash);
+    if (!match) return;
+    let id;
+    try { id = decodeURIComponent(match[1]); } catch (_) { return; }
+    const at = table.rows.findIndex((r) => r.i === id);
+    if (at < 0) return;
+    let pos = table.view.indexOf(at);
+    if (pos < 0) { table.setFilter(() => true); pos = table.view.indexOf(at); }
+    drawer.open(table, pos, render, wide);
+  }
+
+  // -- one rollout's detail ------------------------------------------------------------------
+
+  function fileHref(base, id, path) {
+    return base + "rollouts/" + encodeURIComponent(id) + "/" + path.split("/").map(encodeURIComponent).join("/");
+  }
+
+  function fact(k, v) { return el("div", { class: "fact" }, el("div", { class: "k", text: k }), el("div", { class: "v" }, v)); }
+
+  function cutText(cls, head, omitted, tail) {
+    return el("div", { class: cls }, head || "",
+      omitted ? el("span", { class: "cut", text: `… ${int(omitted)} characters not shown …` }) : null,
+      omitted ? tail || "" : null);
+  }
+
+  function jsonBlock(value) {
+    const text = typeof value === "string" ? value : JSON.stringify(value, null, 2);
+    return el("pre", { class: "code wrap-lines", text });
+  }
+
+  function messageNode(m, names) {
+    if (m.r === "gap") return el("div", { class: "gap", text: `… ${int(m.om)} messages not shown (the report keeps the first ${DATA.limits.keep_first_messages} and the last ${DATA.limits.max_messages - DATA.limits.keep_first_messages}) …` });
+    const role = ["system", "user", "assistant", "tool"].includes(m.r) ? m.r : "other";
+    const aside = [];
+    if (m.r === "tool") {
+      const fn = m.n || (m.tid && names.get(m.tid));
+      aside.push("tool result" + (fn ? " · " + fn : "") + (m.tid ? " · " + m.tid : ""));
+    } else if (m.n) aside.push(m.n);
+    const node = el("div", { class: "msg " + role, "data-role": m.r },
+      el("div", { class: "role" }, el("span", { text: m.r }), aside.length ? el("span", { class: "aside", text: aside.join(" ") }) : null));
+    if (m.rs !== undefined) {
+      node.appendChild(el("details", { class: "reasoning" }, el("summary", { text: "reasoning" }), cutText("content", m.rs, m.rsx, m.rst)));
+    }
+    if (m.c !== undefined) node.appendChild(cutText("content", m.c, m.cx, m.ct));
+    else if (!m.tc) node.appendChild(el("div", { class: "empty-content", text: "(no content)" }));
+    for (const call of m.tc || []) {
+      let args = call.a || "";
+      if (!call.ax) { try { args = JSON.stringify(JSON.parse(args), null, 2); } catch (_) { /* shown as it is */ } }
+      node.appendChild(el("div", { class: "toolcall", "data-tool": call.n || "" },
+        el("div", { class: "tc-head" }, el("span", { class: "tc-kind", text: "tool call" }), el("span", { class: "tc-name", text: call.n || "(unnamed)" }), call.id ? el("span", { class: "tc-id", text: call.id }) : null),
+        el("pre", null, args, call.ax ? el("span", { class: "cut", text: `… ${int(call.ax)} characters not shown …` }) : null, call.ax ? call.at : null)));
+    }
+    if (m.x) node.appendChild(el("div", { class: "extra", text: m.x }));
+    return node;
+  }
+
+  function transcriptBlock(row, run) {
+    const block = el("div", { class: "block" }, el("h3", { text: "Transcript" + (row.t ? ` · ${int(row.t.length)} messages` : "") }));
+    if (row.t) {
+      if (row.tp) block.appendChild(el("p", { class: "note", text: "The workflow failed before it produced a transcript: this is the prompt it was given (from result.json)." }));
+      const names = new Map();
+      for (const m of row.t) for (const call of m.tc || []) if (call.id) names.set(call.id, call.n);
+      block.appendChild(el("div", { class: "transcript" }, row.t.map((m) => messageNode(m, names))));
+    } else if (row.tz) {
+      block.appendChild(el("p", { class: "note" }, `Not embedded: this run's transcripts are over the report's ${int(DATA.limits.budget_chars)}-character budget, so only failing rollouts' transcripts are in the page. `,
+        row.f && row.f.includes("t") ? el("a", { href: fileHref(run.base, row.i, "trajectory.json"), target: "_blank", rel: "noopener", text: "Open trajectory.json" }) : null));
+    } else {
+      block.appendChild(el("p", { class: "note", text: run.no_messages ? "The run was made with --no-messages: results.jsonl holds no transcripts." : "No transcript: this rollout produced no sample." }));
+    }
+    return block;
+  }
+
+  function filesBlock(row, run) {
+    const items = [];
+    if (row.f && row.f.includes("r")) items.push(["result.json", null]);
+    if (row.f && row.f.includes("t")) items.push(["trajectory.json", null]);
+    for (const [path, size] of row.af || []) items.push(["artifacts/" + path, size]);
+    if (!items.length) return null;
+    return el("div", { class: "block" }, el("h3", { text: "Files" }),
+      el("ul", { class: "files" }, items.map(([path, size]) => el("li", null,
+        el("a", { class: "mono", href: fileHref(run.base, row.i, path), target: "_blank", rel: "noopener", text: path }),
+        el("span", { class: "size", text: bytes(size) })))),
+      row.afn ? el("p", { class: "muted", text: `${int(row.afn)} artifact files; the first ${row.af.length} are listed.` }) : null);
+  }
+
+  function detail(row, run, into) {
+    if (!row) {
+      into.appendChild(el("p", { class: "note", text: "This rollout is not in this run." }));
+      return;
+    }
+    into.appendChild(el("div", { class: "facts" },
+      fact("status", pill(row.st)),
+      fact("reward", rewardText(row)),
+      fact("passed", row.p === undefined ? "—" : el("span", { class: "outcome " + (row.p ? "pass" : "fail"), text: row.p ? "yes" : "no" })),
+      fact("row", (row.rid !== undefined ? String(row.rid) + " · " : "") + `#${row.r} · line ${row.l}`),
+      fact("sample", String(row.s)),
+      fact("attempts", String(row.a)),
+      fact("workflow", ms(row.wm)),
+      fact("grader", ms(row.gm))));
+    if (row.em || row.ec || row.tb) {
+      into.appendChild(el("div", { class: "block" }, el("h3", { text: "Error" + (row.es ? " · in the " + row.es : "") }),
+        el("div", { class: "error-box" },
+          row.ec ? el("div", { class: "cat", text: row.ec }) : null,
+          el("div", { class: "msg-text", text: row.em || "" }),
+          row.tb ? el("details", { open: true }, el("summary", { text: "Traceback" }), el("pre", { class: "code", text: row.tb })) : null)));
+    }
+    if (row.lb !== undefined) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Label" }), el("pre", { class: "code wrap-lines", text: row.lb })));
+    if (row.m !== undefined) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Metrics" }), jsonBlock(row.m)));
+    if (row.md !== undefined) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Metadata" }), jsonBlock(row.md)));
+    const files = filesBlock(row, run);
+    if (files) into.appendChild(files);
+    into.appendChild(transcriptBlock(row, run));
+  }
+
+  // -- the run page --------------------------------------------------------------------------
+
+  function runHeader(run, summary, eyebrow) {
+    const state = summary.interrupted ? ["warn", "interrupted"] : summary.complete ? ["good", "complete"] : ["warn", "partial"];
+    return el("header", { class: "head" },
+      el("div", null,
+        el("p", { class: "eyebrow", text: eyebrow }),
+        el("h1", { text: run.name }),
+        el("div", { class: "meta" },
+          run.dataset ? el("span", { title: run.dataset }, "dataset ", el("b", { class: "mono", text: basename(run.dataset) })) : null,
+          run.workflow ? el("span", null, "workflow ", el("b", { class: "mono", text: run.workflow })) : null,
+          run.grader ? el("span", null, "grader ", el("b", { class: "mono", text: run.grader })) : null,
+          el("span", null, "samples ", el("b", { text: String(summary.samples_per_row) })),
+          el("span", null, "pass at reward ≥ ", el("b", { text: short(summary.pass_threshold) })))),
+      el("div", { class: "badges" }, el("span", { class: "badge " + state[0], text: state[1] }),
+        summary.errors ? el("span", { class: "badge bad", text: `${int(summary.errors)} errors` }) : null));
+  }
+
+  function runKpis(s) {
+    const rg = s.reward_graded, ra = s.reward_all;
+    const best = s.pass_at_k.length ? s.pass_at_k[s.pass_at_k.length - 1] : null;
+    const planned = isNum(s.planned) && s.planned !== s.rollouts ? `of ${int(s.planned)} planned` : "finished";
+    return el("div", { class: "kpis" },
+      kpi("Rollouts", int(s.rollouts), planned),
+      kpi("Mean reward", fix(ra.mean), `all ${int(ra.count)} scored; failures count 0`),
+      kpi("Mean reward · graded", fix(rg.mean), `std ${fix(rg.std)} · median ${fix(rg.median)} · n=${int(rg.count)}`),
+      kpi("Pass rate", pct(s.pass_rate), `${int(s.passed)} passed at reward ≥ ${short(s.pass_threshold)}`),
+      best ? kpi(`pass@${best.k}`, fix(best.value), `pass^${best.k} ${fix(s.pass_hat_k[s.pass_hat_k.length - 1].value)}`) : null,
+      kpi("Errors", int(s.errors), `${pct(s.error_rate)} of rollouts`, s.errors ? "bad" : ""),
+      kpi("Workflow p50", ms(s.workflow_ms.p50), `p90 ${ms(s.workflow_ms.p90)} · p99 ${ms(s.workflow_ms.p99)}`),
+      kpi("Grader p50", ms(s.grader_ms.p50), `p90 ${ms(s.grader_ms.p90)} · p99 ${ms(s.grader_ms.p99)}`),
+      kpi("Wall time", seconds(s.wall_s), isNum(s.throughput_per_s) ? `${s.throughput_per_s.toFixed(1)} rollouts/s` : ""));
+  }
+
+  function emptyChart(text) { return el("div", { class: "empty-chart", text }); }
+
+  function runCharts(data, controls) {
+    const s = data.summary, c = data.charts;
+    const out = el("div", { class: "charts" });
+    const reward = c.reward;
+    out.appendChild(card("Reward distribution", reward ? `${int(s.reward_graded.count)} graded rollouts; click a bar to filter` : "",
+      reward ? histogram({
+        label: "reward histogram", cls: "reward-hist", edges: reward.edges, counts: reward.counts, xTitle: "reward",
+        edgeLabel: (e) => short(e), edgeText: (i) => `reward ${short(reward.edges[i])}–${short(reward.edges[i + 1])}`,
+        onBar: (i) => controls.rewardRange(reward.edges[i], reward.edges[i + 1], i === reward.counts.length - 1),
+      }) : emptyChart("No graded rollouts.")));
+    out.appendChild(card("Latency", c.latency ? "workflow and grader time per rollout; dashed lines: p50, p90, p99" : "",
+      c.latency ? latencyChart(c.latency, s) : emptyChart("No timings.")));
+    out.appendChild(card("Status", "click a status to filter",
+      c.status.length ? hbars(c.status, { label: "counts by status", fill: (n) => "fill-" + n, onPick: (n) => controls.status(n) }) : emptyChart("No rollouts.")));
+    out.appendChild(card("Error categories", c.categories.length ? "failed, timed-out and invalid rollouts; click to filter" : "",
+      c.categories.length ? hbars(c.categories, { label: "counts by error category", fill: () => "fill-category", onPick: (n) => controls.category(n) }) : emptyChart("No errors.")));
+    if (s.samples_per_row >= 2 && s.pass_at_k.length) {
+      out.appendChild(card("pass@k", `unbiased estimates over ${int(s.samples_per_row)} samples per row`, passAtK(s),
+        el("div", { class: "legend" }, el("span", null, el("i", { style: "background:#4f46e5" }), "pass@k (any of k passes)"),
+          el("span", null, el("i", { style: "background:#f59e0b" }), "pass^k (all k pass)"))));
+    }
+    return out;
+  }
+
+  function extraTables(data) {
+    const s = data.summary, parts = [];
+    const groups = Object.entries(s.groups || {});
+    if (groups.length) {
+      parts.push(card(`By ${s.group_by}`, `${int(groups.length)} groups`, el("table", { class: "mini" },
+        el("thead", null, el("tr", null, el("th", { text: "group" }), el("th", { class: "r", text: "rollouts" }), el("th", { class: "r", text: "errors" }), el("th", { class: "r", text: "mean reward" }), el("th", { class: "r", text: "pass rate" }))),
+        el("tbody", null, groups.map(([name, g]) => el("tr", null, el("td", { text: name }), el("td", { class: "r", text: int(g.rollouts) }), el("td", { class: "r", text: int(g.errors) }), el("td", { class: "r", text: fix(g.mean_reward) }), el("td", { class: "r", text: pct(g.pass_rate) })))))));
+    }
+    if (data.metrics.length) {
+      parts.push(card("Rollout metrics", "means of the numeric metrics workflows and graders reported", el("table", { class: "mini" },
+        el("thead", null, el("tr", null, el("th", { text: "metric" }), el("th", { class: "r", text: "mean" }), el("th", { class: "r", text: "rollouts" }))),
+        el("tbody", null, data.metrics.map(([name, mean, n]) => el("tr", null, el("td", { class: "mono", text: name }), el("td", { class: "r", text: short(mean) }), el("td", { class: "r", text: int(n) })))))));
+    }
+    return parts.length ? el("div", { class: "tables" }, parts) : null;
+  }
+
+  function rolloutColumns() {
+    return [
+      { key: "id", label: "Rollout", cls: "id", sort: (r) => r.i, cell: (r) => r.i },
+      { key: "row", label: "Row", cls: "opt", sort: (r) => r.r, cell: (r) => (r.rid !== undefined ? String(r.rid) : "#" + r.r) },
+      { key: "sample", label: "Sample", cls: "r opt", sort: (r) => r.s, cell: (r) => String(r.s) },
+      { key: "status", label: "Status", sort: (r) => STATUSES.indexOf(r.st), cell: (r) => pill(r.st) },
+      { key: "reward", label: "Reward", cls: "r", sort: (r) => r.rw, firstDir: -1, cell: (r) => rewardText(r) },
+      { key: "error", label: "Error", cls: "err", sort: (r) => r.ec, cell: (r) => (r.ec || r.em ? el("div", { class: "err-text" }, r.ec ? el("span", { class: "cat", text: r.ec }) : null, r.em || "") : el("span", { class: "muted", text: "—" })) },
+      { key: "attempts", label: "Tries", cls: "r opt", sort: (r) => r.a, firstDir: -1, cell: (r) => String(r.a) },
+      { key: "wm", label: "Workflow", cls: "r opt", sort: (r) => r.wm, firstDir: -1, cell: (r) => ms(r.wm) },
+      { key: "gm", label: "Grader", cls: "r opt", sort: (r) => r.gm, firstDir: -1, cell: (r) => ms(r.gm) },
+    ];
+  }
+
+  function option(value, text, count) {
+    return el("option", { value, text: count === undefined ? text : `${text} (${int(count)})` });
+  }
+
+  function runPage(app) {
+    const run = DATA.run, s = DATA.summary, rows = DATA.rows;
+    const render = (row, body, extra) => { extra.append(pill(row.st), rewardText(row)); detail(row, run, body); };
+    const table = new Table({ columns: rolloutColumns(), rows, name: "rollouts", onOpen: (t, pos) => drawer.open(t, pos, render, false) });
+    const status = el("select", { "aria-label": "status", name: "status" }, option("", "All statuses"), STATUSES.filter((x) => s.counts[x]).map((x) => option(x, x, s.counts[x])));
+    const cats = Object.entries(s.error_categories);
+    const category = el("select", { "aria-label": "error category", name: "category" }, option("", "All categories"), cats.map(([x, n]) => option(x, x, n)), option("-", "no error"));
+    const outcome = el("select", { "aria-label": "outcome", name: "outcome" }, option("", "Pass or fail"), option("pass", "Passed", s.passed), option("fail", "Not passed"));
+    const rmin = el("input", { type: "number", step: "any", placeholder: "min", "aria-label": "minimum reward", name: "rmin" });
+    const rmax = el("input", { type: "number", step: "any", placeholder: "max", "aria-label": "maximum reward", name: "rmax" });
+    const search = el("input", { type: "search", placeholder: "Search ids, errors, labels, transcripts…", "aria-label": "search", name: "q" });
+    let rmaxInclusive = true;
+    const apply = () => {
+      const st = status.value, cat = category.value, out = outcome.value, q = search.value.trim().toLowerCase();
+      const lo = rmin.value === "" ? null : Number(rmin.value), hi = rmax.value === "" ? null : Number(rmax.value);
+      const inclusive = rmaxInclusive;
+      table.setFilter((r) => {
+        if (st && r.st !== st) return false;
+        if (cat === "-" ? r.ec : cat && r.ec !== cat) return false;
+        if (out === "pass" && r.p !== true) return false;
+        if (out === "fail" && r.p !== false) return false;
+        if ((lo !== null || hi !== null) && !isNum(r.rw)) return false;
+        if (lo !== null && r.rw < lo) return false;
+        if (hi !== null && (inclusive ? r.rw > hi : r.rw >= hi)) return false;
+        return !q || haystack(r).includes(q);
+      });
+    };
+    const typed = () => { rmaxInclusive = true; apply(); };
+    for (const input of [status, category, outcome]) input.addEventListener("change", apply);
+    for (const input of [rmin, rmax]) input.addEventListener("input", debounce(typed, 200));
+    search.addEventListener("input", debounce(apply, 160));
+    const reset = el("button", { class: "btn ghost", type: "button", text: "Reset", onclick: () => {
+      status.value = category.value = outcome.value = rmin.value = rmax.value = search.value = ""; typed();
+    } });
+    const toolbar = el("div", { class: "toolbar" }, search, status, category, outcome,
+      el("label", null, "reward", rmin, "–", rmax), reset);
+    const tableSection = el("section", { id: "rollouts" }, el("h2", { class: "section-title" }, "Rollouts", el("span", { class: "count", text: int(rows.length) })), table.element(toolbar));
+    const focus = () => tableSection.scrollIntoView({ behavior: "smooth", block: "start" });
+    const controls = {
+      status: (x) => { status.value = x; apply(); focus(); },
+      category: (x) => { category.value = x; status.value = ""; apply(); focus(); },
+      rewardRange: (lo, hi, last) => {
+        rmin.value = String(Number(lo.toFixed(6))); rmax.value = String(Number(hi.toFixed(6)));
+        rmaxInclusive = last; apply(); focus();
+      },
+    };
+    app.append(el("div", { class: "wrap" },
+      runHeader(run, s, "osmosis-run · run report"),
+      runKpis(s),
+      runCharts(DATA, controls),
+      extraTables(DATA),
+      tableSection,
+      footer()));
+    table.refresh(false);
+    openFromHash(table, render, false);
+  }
+
+  function footer() {
+    const lim = DATA.limits;
+    const transcripts = lim.over_budget
+      ? `Transcripts: ${int(lim.embedded)} of ${int(lim.transcripts)} embedded (over the ${int(lim.budget_chars)}-character budget, only failing${DATA.kind === "compare" ? " and flipped" : ""} rollouts' transcripts are kept).`
+      : `Transcripts: all ${int(lim.transcripts)} embedded.`;
+    return el("footer", null,
+      el("div", null, transcripts, ` Messages over ${int(lim.max_content_chars)} characters and transcripts over ${int(lim.max_messages)} messages are shortened, with a marker.`),
+      el("div", null, `Generated by osmosis-run ${DATA.version} on ${new Date(DATA.generated_at * 1000).toLocaleString()}. `,
+        "Keys: ", el("kbd", { text: "j" }), " / ", el("kbd", { text: "k" }), " next / previous rollout, ", el("kbd", { text: "Esc" }), " close."));
+  }
+
+  // -- the comparison page -------------------------------------------------------------------
+
+  const KINDS = {
+    pf: "pass → fail", fp: "fail → pass", pp: "both pass", ff: "both fail", na: "not scored", oa: "only in A", ob: "only in B",
+  };
+
+  function compareKpi(label, a, b, delta, opts, fmt) {
+    return el("div", { class: "card kpi" },
+      el("div", { class: "label", text: label }),
+      el("div", { class: "pair" }, el("span", { class: "from", text: fmt(a) }), el("span", { class: "arrow", text: "→" }), el("span", { class: "to", text: fmt(b) })),
+      el("div", { class: "detail" }, deltaChip(delta, 3, opts)));
+  }
+
+  const diff = (a, b) => (isNum(a) && isNum(b) ? b - a : null);
+
+  function compareKpis(A, B, P) {
+    const a = A.summary, b = B.summary;
+    return el("div", { class: "kpis" },
+      compareKpi("Mean reward", a.reward_all.mean, b.reward_all.mean, diff(a.reward_all.mean, b.reward_all.mean), {}, fix),
+      compareKpi("Mean reward · graded", a.reward_graded.mean, b.reward_graded.mean, diff(a.reward_graded.mean, b.reward_graded.mean), {}, fix),
+      compareKpi("Pass rate", a.pass_rate, b.pass_rate, diff(a.pass_rate, b.pass_rate), { percent: true }, pct),
+      compareKpi("Error rate", a.error_rate, b.error_rate, diff(a.error_rate, b.error_rate), { percent: true, lowerIsBetter: true }, pct),
+      compareKpi("Workflow p50", a.workflow_ms.p50, b.workflow_ms.p50, diff(a.workflow_ms.p50, b.workflow_ms.p50), { lowerIsBetter: true }, ms),
+      el("div", { class: "card kpi" }, el("div", { class: "label", text: "Rollouts" }),
+        el("div", { class: "pair" }, el("span", { class: "from", text: int(a.rollouts) }), el("span", { class: "arrow", text: "→" }), el("span", { class: "to", text: int(b.rollouts) })),
+        el("div", { class: "detail", text: `${int(P.both)} paired · ${int(P.kinds.oa || 0)} only in A · ${int(P.kinds.ob || 0)} only in B` })));
+  }
+
+  function pairedCards(P) {
+    const k = P.kinds;
+    const ci = isNum(P.se) ? ` ± ${fix(1.96 * P.se)} (95% CI)` : "";
+    return el("div", { class: "kpis" },
+      kpi("Paired mean reward", el("span", null, fix(P.mean_a), el("small", { text: "→ " + fix(P.mean_b) })), `Δ ${signed(P.mean_delta)}${ci} over ${int(P.scored)} rollouts`),
+      kpi("Paired pass rate", el("span", null, pct(P.pass_a), el("small", { text: "→ " + pct(P.pass_b) })), isNum(P.pass_a) ? `Δ ${signed((P.pass_b - P.pass_a) * 100, 1)} pp` : ""),
+      kpi("Pass → fail", int(k.pf || 0), "regressions", k.pf ? "bad" : ""),
+      kpi("Fail → pass", int(k.fp || 0), "fixes"),
+      kpi("Reward changed", int(P.improved + P.worsened), `${int(P.improved)} up · ${int(P.worsened)} down · ${int(P.scored - P.improved - P.worsened)} same`));
+  }
+
+  function pairDetail(A, B) {
+    return (pair, body, extra) => {
+      extra.append(el("span", { class: "badge " + (pair.k === "pf" ? "bad" : pair.k === "fp" ? "good" : ""), text: KINDS[pair.k] }));
+      if (isNum(pair.d)) extra.append(deltaChip(pair.d, 3));
+      const side = (label, run, row) => {
+        const col = el("div", { class: "side", "data-side": label }, el("div", { class: "side-label", text: `${label} · ${run.name}` }));
+        detail(row, run, col);
+        return col;
+      };
+      body.appendChild(el("div", { class: "sides" }, side("A", A, pair.A), side("B", B, pair.B)));
+    };
+  }
+
+  function pairColumns() {
+    const st = (side) => (p) => (p[side] ? pill(p[side].st) : pill(null));
+    return [
+      { key: "id", label: "Rollout", cls: "id", sort: (p) => p.i, cell: (p) => p.i },
+      { key: "row", label: "Row", cls: "opt", sort: (p) => (p.A || p.B).r, cell: (p) => { const r = p.A || p.B; return r.rid !== undefined ? String(r.rid) : "#" + r.r; } },
+      { key: "sa", label: "A", sort: (p) => (p.A ? STATUSES.indexOf(p.A.st) : null), cell: st("A") },
+      { key: "ra", label: "Reward A", cls: "r", sort: (p) => (p.A ? p.A.rw : null), cell: (p) => rewardText(p.A) },
+      { key: "sb", label: "B", sort: (p) => (p.B ? STATUSES.indexOf(p.B.st) : null), cell: st("B") },
+      { key: "rb", label: "Reward B", cls: "r", sort: (p) => (p.B ? p.B.rw : null), cell: (p) => rewardText(p.B) },
+      { key: "d", label: "Δ", cls: "r", sort: (p) => p.d, cell: (p) => (isNum(p.d) ? deltaChip(p.d, 3) : el("span", { class: "muted", text: "—" })) },
+      { key: "k", label: "Change", cls: "opt", sort: (p) => p.k, cell: (p) => el("span", { class: "outcome " + (p.k === "pf" ? "fail" : p.k === "fp" ? "pass" : ""), text: KINDS[p.k] }) },
+    ];
+  }
+
+  function flipList(kind, title, dotCls, pairs, render) {
+    const list = pairs.filter((p) => p.k === kind);
+    const cols = pairColumns().filter((c) => ["id", "sa", "ra", "sb", "rb"].includes(c.key));
+    const table = new Table({ columns: cols, rows: list, pageSize: 10, sizes: [10, 25, 50], name: "flip-" + kind, empty: "None.", onOpen: (t, pos) => drawer.open(t, pos, render, true) });
+    table.refresh(false);
+    const head = el("div", { class: "flip-title" }, el("span", { class: "dot " + dotCls }), title, el("span", { class: "n", "data-count": list.length, text: `(${int(list.length)})` }));
+    return el("div", { class: "card table-card", "data-flip": kind }, head, el("div", { class: "scroller" }, table.table), table.pager);
+  }
+
+  function comparePage(app) {
+    const A = DATA.a, B = DATA.b, P = DATA.paired, pairs = DATA.pairs;
+    const render = pairDetail(A, B);
+    const table = new Table({ columns: pairColumns(), rows: pairs, name: "pairs", onOpen: (t, pos) => drawer.open(t, pos, render, true) });
+    const kind = el("select", { "aria-label": "change", name: "change" }, option("", "All changes"),
+      Object.entries(KINDS).filter(([k]) => P.kinds[k]).map(([k, text]) => option(k, text, P.kinds[k])),
+      option("up", "Reward up", P.improved), option("down", "Reward down", P.worsened));
+    const search = el("input", { type: "search", placeholder: "Search ids, errors, labels, transcripts…", "aria-label": "search", name: "q" });
+    const apply = () => {
+      const k = kind.value, q = search.value.trim().toLowerCase();
+      table.setFilter((p) => {
+        if (k === "up" ? !(p.d > 1e-12) : k === "down" ? !(p.d < -1e-12) : k && p.k !== k) return false;
+        return !q || (p.A && haystack(p.A).includes(q)) || (p.B && haystack(p.B).includes(q));
+      });
+    };
+    kind.addEventListener("change", apply);
+    search.addEventListener("input", debounce(apply, 160));
+    const sideMeta = (label, run) => el("div", { class: "meta" }, el("b", { text: label }),
+      run.workflow ? el("span", null, "workflow ", el("b", { class: "mono", text: run.workflow })) : null,
+      run.grader ? el("span", null, "grader ", el("b", { class: "mono", text: run.grader })) : null,
+      run.dataset ? el("span", { title: run.dataset }, "dataset ", el("b", { class: "mono", text: basename(run.dataset) })) : null);
+    const charts = el("div", { class: "charts two" },
+      card("Outcome transitions", "rollouts present in both runs: outcome in A (rows) and in B (columns)", matrixChart(P.outcomes, P.matrix)),
+      card("Paired reward change", P.delta_hist ? "reward in B minus reward in A, per rollout (failures count 0)" : "",
+        P.delta_hist ? histogram({
+          label: "reward delta histogram", cls: "delta-hist", edges: P.delta_hist.edges, counts: P.delta_hist.counts, xTitle: "Δ reward (B − A)",
+          edgeLabel: (e, i) => (i % 5 === 0 || i === P.delta_hist.counts.length ? short((P.delta_hist.edges[i] + (P.delta_hist.edges[i + 1] ?? e)) / 2) : ""),
+          edgeText: (i) => `Δ ${short(P.delta_hist.edges[i])} to ${short(P.delta_hist.edges[i + 1])}`,
+          barClass: (i) => { const mid = (P.delta_hist.counts.length - 1) / 2; return i < mid ? "delta-down" : i > mid ? "delta-up" : "delta-zero"; },
+        }) : emptyChart("No rollouts scored in both runs.")));
+    app.append(el("div", { class: "wrap" },
+      el("header", { class: "head" }, el("div", null,
+        el("p", { class: "eyebrow", text: "osmosis-run · comparison" }),
+        el("h1", null, el("span", { text: A.name }), el("span", { class: "vs", text: "vs" }), el("span", { text: B.name })),
+        sideMeta("A", A), sideMeta("B", B))),
+      compareKpis(A, B, P),
+      el("h2", { class: "section-title", text: "Paired by rollout id" }),
+      pairedCards(P),
+      charts,
+      el("h2", { class: "section-title", text: "Flipped rollouts" }),
+      el("div", { class: "flips" }, flipList("pf", "Pass → fail", "bad", pairs, render), flipList("fp", "Fail → pass", "good", pairs, render)),
+      el("section", { id: "rollouts" }, el("h2", { class: "section-title" }, "All rollouts", el("span", { class: "count", text: int(pairs.length) })),
+        table.element(el("div", { class: "toolbar" }, search, kind))),
+      footer()));
+    table.refresh(false);
+    openFromHash(table, render, true);
+  }
+
+  // -- start ---------------------------------------------------------------------------------
+
+  const app = document.getElementById("app");
+  clear(app);
+  drawer.init();
+  if (DATA.kind === "compare") comparePage(app);
+  else runPage(app);
+  document.documentElement.setAttribute("data-ready", "1");
+})();
