@@ -198,7 +198,7 @@ class LocalBackend(ExecutionBackend):
             prompt=json_copy(request.prompt),
             config=config,
             metadata=json_copy(request.metadata),
-            artifacts_dir=self.artifacts_dir(request.id),
+            artifacts_dir=self.artifacts_dir(request.id, likely_new=True),
         )
         rollout_ctx = _rollout_context(request.id)
         try:
@@ -229,11 +229,11 @@ class LocalBackend(ExecutionBackend):
             return _failure(exc, "grader", request.id, sample=ctx.sample)
         return ExecutionResult(status=RolloutStatus.SUCCESS, sample=ctx.sample)
 
-    def artifacts_dir(self, rollout_id: str) -> Path | None:
+    def artifacts_dir(self, rollout_id: str, *, likely_new: bool = False) -> Path | None:
         """Make ``<root>/<rollout_id>/artifacts`` and return it, or None if it cannot be made."""
         path = self.artifact_root / rollout_id / "artifacts"
         try:
-            _mkdir_two_levels(path)
+            _make_artifacts_dir(path, likely_new=likely_new)
         except OSError as exc:
             if not self._warned_artifacts:
                 self._warned_artifacts = True
@@ -259,15 +259,25 @@ class LocalBackend(ExecutionBackend):
                 self._limiter.release()
 
 
-def _mkdir_two_levels(path: Path) -> None:
-    """Create ``path`` and its parent with as few system calls as the common case needs."""
+def _make_artifacts_dir(path: Path, *, likely_new: bool) -> None:
+    """Create ``<root>/<id>/artifacts`` with as few system calls as the common case needs.
+
+    A new rollout costs two ``mkdir`` calls; an existing directory (the grader's call, a resumed
+    rollout) costs one ``stat``.
+    """
+    if not likely_new and path.is_dir():
+        return
+    try:
+        os.mkdir(path.parent)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.mkdir(path)
     except FileExistsError:
         if not path.is_dir():
             raise
-    except FileNotFoundError:
-        path.mkdir(parents=True, exist_ok=True)
 
 
 def _rollout_context(rollout_id: str) -> RolloutContext:

@@ -45,7 +45,6 @@ from osmosis_run.types import (
     GraderConfig,
     RolloutErrorCategory,
     RolloutStatus,
-    json_copy,
 )
 from osmosis_run.workflow import AgentWorkflow, Grader
 
@@ -251,9 +250,9 @@ class Runner:
         row, s = job.row, self.settings
         return ExecutionRequest.model_construct(
             id=job.rollout_id,
-            prompt=json_copy(row.prompt),
+            prompt=row.prompt,  # the backend hands each workflow and grader its own copy
             label=row.label,
-            metadata=json_copy(row.metadata),
+            metadata=row.metadata,
             agent_timeout_sec=s.agent_timeout,
             grader_timeout_sec=s.grader_timeout,
             grade=True,
@@ -471,7 +470,7 @@ def _result_document(
         doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
     if job.attempt_errors:
         doc["previous_attempts"] = job.attempt_errors
-    return dumps(doc, indent=2)
+    return dumps(doc)
 
 
 def _brief(result: ExecutionResult) -> dict[str, Any]:

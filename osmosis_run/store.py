@@ -173,8 +173,12 @@ class RunStore:
         self, rollout_id: str, *, line: str, result: str, trajectory: str | None
     ) -> None:
         """Write one finished rollout: its files, then its results line (the commit point)."""
-        where = self.rollout_dir(rollout_id)
-        _write(where / "result.json", self.redact(result))
+        where = self.rollouts_dir / rollout_id
+        try:
+            _write(where / "result.json", self.redact(result))
+        except FileNotFoundError:  # no artifacts directory was made (an invalid row)
+            where.mkdir(parents=True, exist_ok=True)
+            _write(where / "result.json", self.redact(result))
         if trajectory is not None:
             _write(where / "trajectory.json", self.redact(trajectory))
         self.append_result(line)

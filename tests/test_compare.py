@@ -44,9 +44,14 @@ def rollouts(outcomes: Sequence[Outcome], *, samples: int = 1) -> list[ResultLin
 
 
 def run_of(
-    path: Path, outcomes: Sequence[Outcome], *, samples: int = 1, **config: object
+    path: Path, outcomes: Sequence[Outcome], *, samples: int = 1, pass_threshold: float = 1.0
 ) -> RunData:
-    write_run(path, rollouts(outcomes, samples=samples), summary=finished(len(outcomes)), **config)
+    write_run(
+        path,
+        rollouts(outcomes, samples=samples),
+        summary=finished(len(outcomes)),
+        pass_threshold=pass_threshold,
+    )
     return load_run(path)
 
 
@@ -112,7 +117,8 @@ def test_a_drop_within_the_allowed_delta_holds_and_beyond_it_fails(tmp_path: Pat
     cmp = compare_runs(run_of(tmp_path / "a", [1.0] * 200), run_of(tmp_path / "b", b))
 
     assert cmp.mean.delta == pytest.approx(-0.03)
-    assert cmp.mean.ci is not None and cmp.mean.ci.excludes_zero()
+    assert cmp.mean.ci is not None
+    assert cmp.mean.ci.excludes_zero()
     assert regression_verdict(cmp, 0.05).held
     assert not regression_verdict(cmp, 0.01).held
 
@@ -212,7 +218,8 @@ def test_the_bootstrap_resamples_rows_not_samples(tmp_path: Path) -> None:
 
     assert (clustered.paired, clustered.paired_rows, flat.paired_rows) == (200, 20, 200)
     assert clustered.mean.delta == flat.mean.delta == pytest.approx(-0.3)
-    assert clustered.mean.ci is not None and flat.mean.ci is not None
+    assert clustered.mean.ci is not None
+    assert flat.mean.ci is not None
     clustered_width = clustered.mean.ci.high - clustered.mean.ci.low
     flat_width = flat.mean.ci.high - flat.mean.ci.low
     assert clustered_width > 2 * flat_width
@@ -280,7 +287,7 @@ def test_comparison_json_carries_the_verdict(tmp_path: Path) -> None:
 def test_resamples_must_be_positive(tmp_path: Path) -> None:
     a = run_of(tmp_path / "a", [1.0])
 
-    with pytest.raises(ValueError, match="^resamples must be at least 1$"):
+    with pytest.raises(ValueError, match=r"^resamples must be at least 1$"):
         compare_runs(a, a, resamples=0)
 
 

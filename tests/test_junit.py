@@ -40,9 +40,10 @@ def mixed() -> list[ResultLine]:
     ]
 
 
-def write(tmp_path: Path, lines: list[ResultLine], **summary: float) -> ET.Element:
+def write(tmp_path: Path, lines: list[ResultLine], *, pass_threshold: float = 1.0) -> ET.Element:
     path = tmp_path / "reports" / "junit.xml"
-    write_junit(lines, summarize(lines, **summary), path, suite_name="smoke")
+    summary = summarize(lines, pass_threshold=pass_threshold)
+    write_junit(lines, summary, path, suite_name="smoke")
     return ET.parse(path).getroot()
 
 

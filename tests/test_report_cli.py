@@ -32,6 +32,11 @@ def stderr_lines(result: Result) -> list[str]:
     return [text.rstrip() for text in result.stderr.splitlines()]
 
 
+def squash(text: str) -> str:
+    """A line with its runs of spaces (table padding) made single."""
+    return " ".join(text.split())
+
+
 def after(lines: list[str], first: str) -> list[str]:
     return lines[lines.index(first) :]
 
@@ -174,7 +179,7 @@ def test_report_of_an_interrupted_run(cli: Cli, tmp_path: Path) -> None:
     assert result.exit_code == 0
     lines_out = stderr_lines(result)
     assert lines_out[0] == "osmosis-run: interrupted run"
-    assert lines_out[1].split() == "rollouts 3 of 10: 1 failure, 2 success".split()
+    assert squash(lines_out[1]) == "rollouts 3 of 10: 1 failure, 2 success"
     assert "osmosis-run: the run was interrupted; re-run its eval command to resume it" in lines_out
     document = json.loads(cli("report", "run", "--json").stdout)
     assert document["state"] == "interrupted"
@@ -209,16 +214,12 @@ def test_group_by_breaks_the_summary_down(cli: Cli, tmp_path: Path) -> None:
     document = json.loads(cli("report", "run", "--group-by", "metadata.op", "--json").stdout)
 
     assert result.exit_code == 0
-    groups = {
-        line.split()[0]: line.split()[1:]
-        for line in stderr_lines(result)
-        if line.startswith("metadata.")
-    }
-    assert groups == {
-        "metadata.op=(none)": "1 rollouts mean 0.000 pass 0.0% errors 1".split(),
-        "metadata.op=add": "2 rollouts mean 0.500 pass 50.0% errors 0".split(),
-        "metadata.op=mul": "2 rollouts mean 0.000 pass 0.0% errors 2".split(),
-    }
+    groups = [squash(text) for text in stderr_lines(result) if text.startswith("metadata.")]
+    assert groups == [
+        "metadata.op=(none) 1 rollouts mean 0.000 pass 0.0% errors 1",
+        "metadata.op=add 2 rollouts mean 0.500 pass 50.0% errors 0",
+        "metadata.op=mul 2 rollouts mean 0.000 pass 0.0% errors 2",
+    ]
     assert document["summary"]["group_by"] == "metadata.op"
     assert document["summary"]["groups"]["add"] == {
         "rollouts": 2,

@@ -1,4 +1,4 @@
-"""``osmosis-run compare``: two run directories -> Comparison -> rendered (or --json) -> exit code."""
+"""``osmosis-run compare``: two run directories -> Comparison -> rendered or --json -> exit code."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@
   function niceMax(x) {
     if (x <= 0) return 1;
     const p = Math.pow(10, Math.floor(Math.log10(x)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= x) return m * p;
+    for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * p >= x - 1e-9) return m * p;
     return 10 * p;
   }
   const basename = (path) => String(path).split(/[\\/]/).pop();
@@ -164,7 +164,7 @@
 
   /* Horizontal bars: a labelled row per item, clickable to filter. */
   function hbars(items, { label, onPick, fill }) {
-    const W = 560, rowH = 30, L = 128, R = 92, T = 4;
+    const W = 400, rowH = 30, L = 112, R = 104, T = 4;
     const H = T * 2 + rowH * items.length;
     const max = Math.max(...items.map((it) => it[1]), 1);
     const total = items.reduce((a, it) => a + it[1], 0) || 1;
@@ -172,13 +172,13 @@
     items.forEach(([name, count], i) => {
       const y = T + i * rowH;
       const w = Math.max(((W - L - R) * count) / max, 2);
-      const shown = name.length > 18 ? name.slice(0, 17) + "…" : name;
+      const shown = name.length > 16 ? name.slice(0, 15) + "…" : name;
       const g = sv("g", { class: "hrow", "data-name": name },
         sv("rect", { class: "hit", x: 0, y, width: W, height: rowH }),
         sv("text", { class: "name", x: L - 10, y: y + rowH / 2 + 4, "text-anchor": "end", text: shown }),
         sv("rect", { class: "bar clickable " + fill(name), x: L, y: y + 6, width: w, height: rowH - 12, rx: 3, "data-count": count }),
         sv("text", { class: "count", x: L + w + 8, y: y + rowH / 2 + 4, text: int(count) }),
-        sv("text", { class: "pct", x: W - 4, y: y + rowH / 2 + 4, "text-anchor": "end", text: pct(count / total) }),
+        sv("text", { class: "pct", x: W - 2, y: y + rowH / 2 + 4, "text-anchor": "end", text: pct(count / total) }),
         sv("title", { text: `${name}: ${int(count)} (${pct(count / total)}); click to filter` }));
       g.addEventListener("click", () => onPick(name));
       svg.appendChild(g);
@@ -188,7 +188,7 @@
 
   /* Workflow and grader latency on one log-scale axis: two stacked histograms. */
   function latencyChart(spec, summary) {
-    const W = 560, L = 76, R = 12, T = 10, PH = 78, GAP = 22, B = 34;
+    const W = 560, L = 76, R = 12, T = 6, PH = 92, GAP = 18, B = 34, LABELS = 24;
     const series = [["workflow", spec.workflow, summary.workflow_ms], ["grader", spec.grader, summary.grader_ms]]
       .filter((s) => s[1].some((c) => c > 0));
     const H = T + series.length * PH + (series.length - 1) * GAP + B;
@@ -202,22 +202,27 @@
       svg.appendChild(sv("text", { x: 0, y: top + 30, text: "p50 " + ms(dist.p50) }));
       svg.appendChild(sv("line", { class: "axis", x1: L, x2: W - R, y1: top + PH, y2: top + PH }));
       counts.forEach((count, i) => {
-        const h = (PH - 4) * (count / max);
+        const h = (PH - LABELS) * (count / max);
         svg.appendChild(sv("rect", {
           class: "bar lat-" + name, x: L + i * bw + 1, y: top + PH - h, width: Math.max(bw - 2, 1), height: h, rx: 1.5, "data-count": count,
         }, sv("title", { text: `${name} ${ms(spec.edges[i])}–${ms(spec.edges[i + 1])}: ${int(count)}` })));
       });
+      let lastX = -Infinity, row = 0;
       for (const [q, v] of [["p50", dist.p50], ["p90", dist.p90], ["p99", dist.p99]]) {
         if (!isNum(v) || v <= 0) continue;
         const x = Math.min(Math.max(xOf(v), L), W - R);
-        svg.appendChild(sv("line", { class: "marker", x1: x, x2: x, y1: top + 2, y2: top + PH }));
-        svg.appendChild(sv("text", { class: "marker-label", x: x + 3, y: top + 10 + (q === "p90" ? 10 : q === "p99" ? 20 : 0), text: q }));
+        row = x - lastX < 26 ? 1 - row : 0; // labels too close take turns on two lines
+        lastX = x;
+        svg.appendChild(sv("line", { class: "marker", x1: x, x2: x, y1: top + 4 + row * 11, y2: top + PH },
+          sv("title", { text: `${name} ${q}: ${ms(v)}` })));
+        svg.appendChild(sv("text", { class: "marker-label", x, y: top + 9 + row * 11, "text-anchor": "middle", text: q }));
       }
     });
     const axisY = H - B + 16;
     for (let e = Math.ceil(lo - 1e-9); e <= Math.floor(hi + 1e-9); e++) {
       const v = Math.pow(10, e);
-      svg.appendChild(sv("text", { x: xOf(v), y: axisY, "text-anchor": "middle", text: ms(v).replace(".00", "").replace(".0 ", " ") }));
+      const text = e >= 3 ? `${Math.pow(10, e - 3)} s` : e >= 0 ? `${v} ms` : `${v.toFixed(-e)} ms`;
+      svg.appendChild(sv("text", { x: xOf(v), y: axisY, "text-anchor": "middle", text }));
     }
     svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 2, "text-anchor": "middle", text: "milliseconds (log scale)" }));
     return svg;
@@ -225,7 +230,7 @@
 
   /* pass@k and pass^k against k (1, 2, 4, ...), one circle.pt per point. */
   function passAtK(summary) {
-    const W = 560, H = 230, L = 44, R = 20, T = 14, B = 38;
+    const W = 400, H = 210, L = 40, R = 18, T = 16, B = 36;
     const ks = summary.pass_at_k.map((p) => p.k);
     const xs = (i) => L + (ks.length === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (ks.length - 1));
     const y = (v) => T + (H - T - B) * (1 - v);
@@ -584,12 +589,11 @@
     return el("div", { class: "kpis" },
       kpi("Rollouts", int(s.rollouts), planned),
       kpi("Mean reward", fix(ra.mean), `all ${int(ra.count)} scored; failures count 0`),
-      kpi("Mean reward · graded", fix(rg.mean), `std ${fix(rg.std)} · median ${fix(rg.median)} · n=${int(rg.count)}`),
+      kpi("Graded mean", fix(rg.mean), `std ${fix(rg.std)} · median ${fix(rg.median)} · n=${int(rg.count)}`),
       kpi("Pass rate", pct(s.pass_rate), `${int(s.passed)} passed at reward ≥ ${short(s.pass_threshold)}`),
       best ? kpi(`pass@${best.k}`, fix(best.value), `pass^${best.k} ${fix(s.pass_hat_k[s.pass_hat_k.length - 1].value)}`) : null,
       kpi("Errors", int(s.errors), `${pct(s.error_rate)} of rollouts`, s.errors ? "bad" : ""),
-      kpi("Workflow p50", ms(s.workflow_ms.p50), `p90 ${ms(s.workflow_ms.p90)} · p99 ${ms(s.workflow_ms.p99)}`),
-      kpi("Grader p50", ms(s.grader_ms.p50), `p90 ${ms(s.grader_ms.p90)} · p99 ${ms(s.grader_ms.p99)}`),
+      kpi("Workflow p50", ms(s.workflow_ms.p50), `p99 ${ms(s.workflow_ms.p99)} · grader p50 ${ms(s.grader_ms.p50)}`),
       kpi("Wall time", seconds(s.wall_s), isNum(s.throughput_per_s) ? `${s.throughput_per_s.toFixed(1)} rollouts/s` : ""));
   }
 
@@ -597,26 +601,27 @@
 
   function runCharts(data, controls) {
     const s = data.summary, c = data.charts;
-    const out = el("div", { class: "charts" });
     const reward = c.reward;
-    out.appendChild(card("Reward distribution", reward ? `${int(s.reward_graded.count)} graded rollouts; click a bar to filter` : "",
-      reward ? histogram({
-        label: "reward histogram", cls: "reward-hist", edges: reward.edges, counts: reward.counts, xTitle: "reward",
-        edgeLabel: (e) => short(e), edgeText: (i) => `reward ${short(reward.edges[i])}–${short(reward.edges[i + 1])}`,
-        onBar: (i) => controls.rewardRange(reward.edges[i], reward.edges[i + 1], i === reward.counts.length - 1),
-      }) : emptyChart("No graded rollouts.")));
-    out.appendChild(card("Latency", c.latency ? "workflow and grader time per rollout; dashed lines: p50, p90, p99" : "",
-      c.latency ? latencyChart(c.latency, s) : emptyChart("No timings.")));
-    out.appendChild(card("Status", "click a status to filter",
-      c.status.length ? hbars(c.status, { label: "counts by status", fill: (n) => "fill-" + n, onPick: (n) => controls.status(n) }) : emptyChart("No rollouts.")));
-    out.appendChild(card("Error categories", c.categories.length ? "failed, timed-out and invalid rollouts; click to filter" : "",
-      c.categories.length ? hbars(c.categories, { label: "counts by error category", fill: () => "fill-category", onPick: (n) => controls.category(n) }) : emptyChart("No errors.")));
-    if (s.samples_per_row >= 2 && s.pass_at_k.length) {
-      out.appendChild(card("pass@k", `unbiased estimates over ${int(s.samples_per_row)} samples per row`, passAtK(s),
-        el("div", { class: "legend" }, el("span", null, el("i", { style: "background:#4f46e5" }), "pass@k (any of k passes)"),
-          el("span", null, el("i", { style: "background:#f59e0b" }), "pass^k (all k pass)"))));
-    }
-    return out;
+    const wide = el("div", { class: "charts two" },
+      card("Reward distribution", reward ? `${int(s.reward_graded.count)} graded rollouts; click a bar to filter the table` : "",
+        reward ? histogram({
+          label: "reward histogram", cls: "reward-hist", edges: reward.edges, counts: reward.counts, xTitle: "reward",
+          edgeLabel: (e) => short(e), edgeText: (i) => `reward ${short(reward.edges[i])}–${short(reward.edges[i + 1])}`,
+          onBar: (i) => controls.rewardRange(reward.edges[i], reward.edges[i + 1], i === reward.counts.length - 1),
+        }) : emptyChart("No graded rollouts.")),
+      card("Latency", c.latency ? "time per rollout, workflow and grader; dashed lines mark p50, p90, p99" : "",
+        c.latency ? latencyChart(c.latency, s) : emptyChart("No timings.")));
+    const small = el("div", { class: "charts three" },
+      card("Status", "click a status to filter the table",
+        c.status.length ? hbars(c.status, { label: "counts by status", fill: (n) => "fill-" + n, onPick: (n) => controls.status(n) }) : emptyChart("No rollouts.")),
+      card("Error categories", c.categories.length ? "failed, timed-out and invalid rollouts; click to filter" : "",
+        c.categories.length ? hbars(c.categories, { label: "counts by error category", fill: () => "fill-category", onPick: (n) => controls.category(n) }) : emptyChart("No errors.")),
+      s.samples_per_row >= 2 && s.pass_at_k.length
+        ? card("pass@k", `unbiased estimates from ${int(s.samples_per_row)} samples per row`, passAtK(s),
+          el("div", { class: "legend" }, el("span", null, el("i", { style: "background:#4f46e5" }), "pass@k: any of k passes"),
+            el("span", null, el("i", { style: "background:#f59e0b" }), "pass^k: all k pass")))
+        : null);
+    return [wide, small];
   }
 
   function extraTables(data) {
@@ -740,7 +745,7 @@
     const a = A.summary, b = B.summary;
     return el("div", { class: "kpis" },
       compareKpi("Mean reward", a.reward_all.mean, b.reward_all.mean, diff(a.reward_all.mean, b.reward_all.mean), {}, fix),
-      compareKpi("Mean reward · graded", a.reward_graded.mean, b.reward_graded.mean, diff(a.reward_graded.mean, b.reward_graded.mean), {}, fix),
+      compareKpi("Graded mean", a.reward_graded.mean, b.reward_graded.mean, diff(a.reward_graded.mean, b.reward_graded.mean), {}, fix),
       compareKpi("Pass rate", a.pass_rate, b.pass_rate, diff(a.pass_rate, b.pass_rate), { percent: true }, pct),
       compareKpi("Error rate", a.error_rate, b.error_rate, diff(a.error_rate, b.error_rate), { percent: true, lowerIsBetter: true }, pct),
       compareKpi("Workflow p50", a.workflow_ms.p50, b.workflow_ms.p50, diff(a.workflow_ms.p50, b.workflow_ms.p50), { lowerIsBetter: true }, ms),
