@@ -15,10 +15,14 @@ than A by more than the allowed delta *and* the interval excludes zero.
 
 from __future__ import annotations
 
+import operator
 import random
 import statistics
+import sys
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Literal
 
@@ -285,15 +289,28 @@ def _bootstrap(rows: list[list[float]], *, resamples: int, seed: int) -> tuple[I
     reward_sums = [row[0] for row in rows]
     pass_sums = [row[1] for row in rows]
     counts = [row[2] for row in rows]
-    positions = range(len(rows))
+    # With the same number of rollouts in every row (the usual case), the denominator is fixed.
+    fixed_total = counts[0] * len(rows) if len(set(counts)) == 1 else None
     reward_stats: list[float] = []
     pass_stats: list[float] = []
     for _ in range(resamples):
-        chosen = rng.choices(positions, k=len(rows))
-        total = sum(map(counts.__getitem__, chosen))
+        chosen = _draw(rng, len(rows))
+        total = fixed_total or sum(map(counts.__getitem__, chosen))
         reward_stats.append(sum(map(reward_sums.__getitem__, chosen)) / total)
         pass_stats.append(sum(map(pass_sums.__getitem__, chosen)) / total)
     return _percentiles(reward_stats), _percentiles(pass_stats)
+
+
+def _draw(rng: random.Random, n: int) -> list[int]:
+    """``n`` positions in ``range(n)``, drawn with replacement.
+
+    About twice as fast as ``rng.choices``: the draws come from random 64-bit words (the bias of
+    ``% n`` is below n / 2**64), read little-endian so every platform draws the same positions.
+    """
+    words = array("Q", rng.randbytes(8 * n))
+    if sys.byteorder == "big":
+        words.byteswap()
+    return list(map(operator.mod, words, repeat(n)))
 
 
 def _percentiles(stats: list[float]) -> Interval:

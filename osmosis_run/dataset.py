@@ -84,6 +84,8 @@ def iter_rows(path: str, *, source: IO[str] | None = None) -> Iterator[Row]:
     try:
         index = 0
         for number, text in enumerate(stream, start=1):
+            if number == 1:
+                text = text.removeprefix("\ufeff")  # a byte order mark, as some editors write
             if not text.strip():
                 continue
             row = parse_row(text, index=index, line=number, name=name)
@@ -161,8 +163,12 @@ def _prompt(data: dict[str, Any]) -> list[dict[str, Any]]:
         return _messages("messages", data["messages"])
     if "prompt" in data:
         value = data["prompt"]
+        if value == "":
+            raise _RowProblem('"prompt" must not be empty')
         if isinstance(value, str):
             return [{"role": "user", "content": value}]
+        if not isinstance(value, list):
+            raise _expect("prompt", value, "a string or a list of chat messages")
         return _messages("prompt", value)
     if "user_prompt" in data or "system_prompt" in data:
         return _osmosis_prompt(data)
@@ -197,7 +203,7 @@ def _osmosis_prompt(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _label(data: dict[str, Any]) -> str | None:
-    field = "ground_truth" if "ground_truth" in data else "label"
+    field = "ground_truth" if data.get("ground_truth") is not None else "label"
     value = data.get(field)
     if value is None:
         return None

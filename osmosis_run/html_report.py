@@ -393,7 +393,9 @@ def _message(message: dict[str, Any]) -> dict[str, Any]:
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
         out["tc"] = [_tool_call(call) for call in calls]
-    extra = {k: v for k, v in message.items() if k not in _HANDLED_KEYS and k not in _REASONING_KEYS}
+    extra = {
+        k: v for k, v in message.items() if k not in _HANDLED_KEYS and k not in _REASONING_KEYS
+    }
     if extra:
         out["x"] = _clip(json.dumps(extra, ensure_ascii=False, default=str), MAX_FIELD_CHARS)
     return out
@@ -535,10 +537,10 @@ def _metric_means(lines: Iterable[ResultLine]) -> list[list[Any]]:
     counts: Counter[str] = Counter()
     for line in lines:
         for key, value in (line.metrics or {}).items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                if math.isfinite(value):
-                    sums[key] = sums.get(key, 0.0) + value
-                    counts[key] += 1
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if number and math.isfinite(value):
+                sums[key] = sums.get(key, 0.0) + value
+                counts[key] += 1
     top = sorted(counts, key=lambda k: (-counts[k], k))[:METRIC_KEYS]
     return [[key[:200], sums[key] / counts[key], counts[key]] for key in sorted(top)]
 
@@ -582,7 +584,10 @@ def _pairs(rows_a: dict[str, _Rollout], rows_b: dict[str, _Rollout]) -> list[_Pa
     pairs: list[_Pair] = []
     for key in sorted(rows_a.keys() | rows_b.keys(), key=order):
         sides = [side for side in (rows_a.get(key), rows_b.get(key)) if side is not None]
-        a, b = (rows_a[key].row if key in rows_a else None), (rows_b[key].row if key in rows_b else None)
+        a, b = (
+            (rows_a[key].row if key in rows_a else None),
+            (rows_b[key].row if key in rows_b else None),
+        )
         kind = _kind(a, b)
         wa, wb = _scored_reward(a), _scored_reward(b)
         delta = wb - wa if wa is not None and wb is not None else None

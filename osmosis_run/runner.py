@@ -250,7 +250,7 @@ class Runner:
         row, s = job.row, self.settings
         return ExecutionRequest.model_construct(
             id=job.rollout_id,
-            prompt=row.prompt,  # the backend hands each workflow and grader its own copy
+            prompt=row.prompt or [],  # the backend hands each workflow and grader its own copy
             label=row.label,
             metadata=row.metadata,
             agent_timeout_sec=s.agent_timeout,

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -76,7 +78,7 @@ class RunStore:
         self.dir = run_dir
         self.rollouts_dir = run_dir / ROLLOUTS
         self._secrets = tuple(s for s in secrets if s)
-        self._results: IO[str] | None = None
+        self._writer: _Writer | None = None
 
     @property
     def has_secrets(self) -> bool:
@@ -172,35 +174,83 @@ class RunStore:
     def write_rollout(
         self, rollout_id: str, *, line: str, result: str, trajectory: str | None
     ) -> None:
-        """Write one finished rollout: its files, then its results line (the commit point)."""
-        where = self.rollouts_dir / rollout_id
-        try:
-            _write(where / "result.json", self.redact(result))
-        except FileNotFoundError:  # no artifacts directory was made (an invalid row)
-            where.mkdir(parents=True, exist_ok=True)
-            _write(where / "result.json", self.redact(result))
-        if trajectory is not None:
-            _write(where / "trajectory.json", self.redact(trajectory))
-        self.append_result(line)
+        """Queue one finished rollout for the writer thread.
 
-    def append_result(self, line: str) -> None:
-        """Append one JSON line to results.jsonl and hand it to the OS at once."""
-        if self._results is None:
-            self._results = (self.dir / RESULTS).open("a", encoding="utf-8")
-        self._results.write(self.redact(line) + "\n")
-        self._results.flush()
+        The writer writes its files, then appends its results line (the commit point), so the
+        event loop goes on running rollouts while the kernel creates files. At most
+        ``WRITE_QUEUE`` finished rollouts wait there; a hard kill loses those with the ones
+        running, and they run again on resume.
+        """
+        if self._writer is None:
+            self._writer = _Writer(self.dir / RESULTS, self.rollouts_dir)
+            self._writer.start()
+        self._writer.put(
+            (rollout_id, self.redact(line), self.redact(result), self.redact(trajectory or ""))
+        )
 
     def write_summary(self, summary: Summary) -> None:
         """Write summary.json."""
         self.write_file(SUMMARY, summary.model_dump_json(indent=2) + "\n")
 
     def close(self) -> None:
-        """Flush and close results.jsonl, making it durable."""
-        if self._results is not None:
-            self._results.flush()
-            os.fsync(self._results.fileno())
-            self._results.close()
-            self._results = None
+        """Write everything queued and make results.jsonl durable.
+
+        Raises:
+            OSError: the writer thread could not write (a full disk, say).
+        """
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.finish()
+
+
+WRITE_QUEUE = 256
+_Item = tuple[str, str, str, str]
+
+
+class _Writer(threading.Thread):
+    """The one writer of rollout files and results.jsonl (STYLE: one writer per file)."""
+
+    def __init__(self, results: Path, rollouts: Path) -> None:
+        super().__init__(name="osmosis-run-writer", daemon=True)
+        self._results = results
+        self._rollouts = rollouts
+        self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=WRITE_QUEUE)
+        self._error: BaseException | None = None
+
+    def put(self, item: _Item) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(item)
+
+    def finish(self) -> None:
+        self._queue.put(None)
+        self.join()
+        if self._error is not None:
+            raise self._error
+
+    def run(self) -> None:
+        try:
+            with self._results.open("a", encoding="utf-8") as out:
+                self._drain(out)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException as exc:  # handed to the event loop's thread by put()/finish()
+            self._error = exc
+
+    def _drain(self, out: IO[str]) -> None:
+        while (item := self._queue.get()) is not None:
+            rollout_id, line, result, trajectory = item
+            where = self._rollouts / rollout_id
+            try:
+                _write(where / "result.json", result)
+            except FileNotFoundError:  # no artifacts directory was made (an invalid row)
+                where.mkdir(parents=True, exist_ok=True)
+                _write(where / "result.json", result)
+            if trajectory:
+                _write(where / "trajectory.json", trajectory)
+            out.write(line + "\n")
+            if self._queue.empty():  # a burst is written with one system call
+                out.flush()
 
 
 def _write(path: Path, text: str) -> None:

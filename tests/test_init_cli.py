@@ -82,9 +82,10 @@ def test_the_project_validates_clean(cli: Cli, tmp_path: Path) -> None:
 def test_the_generated_tests_pass(cli: Cli, tmp_path: Path) -> None:
     assert cli("init", "my-agent").exit_code == 0
     project = tmp_path / "my-agent"
-    assert "class MyAgentWorkflow(AgentWorkflow[MyAgentConfig]):" in (
-        project / "rollout.py"
-    ).read_text()
+    assert (
+        "class MyAgentWorkflow(AgentWorkflow[MyAgentConfig]):"
+        in (project / "rollout.py").read_text()
+    )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error"],
         cwd=project,
@@ -151,7 +152,7 @@ def test_a_file_in_the_way_is_refused_even_with_force(cli: Cli, tmp_path: Path) 
 
 @pytest.mark.parametrize("name", ["my agent", "1st", "../up", "a/b", "-x", "_x", "é", "x" * 41])
 def test_names_that_cannot_name_classes_are_refused(cli: Cli, tmp_path: Path, name: str) -> None:
-    refused = cli("init", name)
+    refused = cli("init", "--", name)
     assert refused.exit_code == 2
     assert refused.stderr == (
         f'error: "{name}" is not a valid project name: use letters, digits, "_" and "-", '
@@ -174,7 +175,8 @@ def test_run_toml_reproduces_the_run_from_another_folder(
     before = (tmp_path / "out" / "results.jsonl").read_bytes()
     # A new process would not have the project's folder on sys.path, nor `rollout` imported.
     sys.modules.pop("rollout", None)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if "demo" not in p])
+    project = str((tmp_path / "demo").resolve())
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != project])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

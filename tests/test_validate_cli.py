@@ -14,6 +14,7 @@ from conftest import write_jsonl
 from typer.testing import Result
 
 from osmosis_run import AgentWorkflow, AgentWorkflowConfig, AgentWorkflowContext
+from osmosis_run.dataset import parse_row
 from osmosis_run.errors import AttributeNotFoundError
 from osmosis_run.settings import EvalSettings
 from osmosis_run.validate import ValidationReport, validate
@@ -76,7 +77,7 @@ def test_every_bad_row_is_reported_with_its_line_and_nothing_runs(
         "(column 2)\n"
         "data.jsonl:3: a row must be a JSON object (got array)\n"
         'data.jsonl:4: no prompt: give "messages", "prompt", or "user_prompt"\n'
-        'data.jsonl:5: "prompt" must be a list of chat messages (got number)\n'
+        'data.jsonl:5: "prompt" must be a string or a list of chat messages (got number)\n'
         'data.jsonl:6: "id" must be a string or an integer (got number)\n'
         'data.jsonl:8: duplicate id "a" (first on line 1)\n'
         'data.jsonl:9: "metadata" must be an object (got array)\n'
@@ -288,3 +289,27 @@ def test_the_library_raises_loading_errors(tmp_path: Path) -> None:
         'cannot import "osmosis_run.examples.calculator:Nope": '
         '"osmosis_run.examples.calculator" has no attribute "Nope"'
     )
+
+
+def test_a_byte_order_mark_is_not_a_problem(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "data.jsonl").write_text('{"prompt": "p"}\n', encoding="utf-8-sig")
+    result = cli("validate", "data.jsonl", *FLOWS)
+    assert (result.exit_code, result.stderr) == (0, "data.jsonl: 1 row, 0 invalid\n")
+
+
+def test_an_empty_prompt_is_a_problem(cli: Cli, tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "data.jsonl", [{"prompt": ""}, {"prompt": None}])
+    result = cli("validate", "data.jsonl", *FLOWS)
+    assert result.exit_code == 2
+    assert result.stderr == (
+        'data.jsonl:1: "prompt" must not be empty\n'
+        'data.jsonl:2: "prompt" must be a string or a list of chat messages (got null)\n'
+        "data.jsonl: 2 rows, 2 invalid\n"
+    )
+
+
+def test_a_null_ground_truth_leaves_the_label() -> None:
+    row = parse_row(
+        '{"prompt": "p", "ground_truth": null, "label": 7}', index=0, line=1, name="d.jsonl"
+    )
+    assert (row.error, row.label) == (None, "7")

@@ -67,8 +67,9 @@ def compare_command(
         ),
     ] = None,
 ) -> None:
-    """Compare run B with run A rollout by rollout: deltas with a paired bootstrap CI, flips,
-    new and fixed errors.
+    """Compare run B with run A rollout by rollout: paired deltas, flips, new and fixed errors.
+
+    Deltas (B - A) come with a 95% confidence interval from a seeded bootstrap over rows.
     """
     raise typer.Exit(
         run_compare(

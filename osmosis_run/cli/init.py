@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from osmosis_run.cli import exit_codes
+from osmosis_run.errors import ConfigError
 
 # What init writes -> the template it comes from.
 FILES = {
@@ -33,10 +34,6 @@ FILES = {
 }
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
-
-
-class InitError(Exception):
-    """The project cannot be written where asked; the message says why and what to do."""
 
 
 def _opt(*names: str, help: str) -> Any:  # noqa: A002
@@ -77,7 +74,7 @@ def init_command(
     target = directory if directory is not None else Path(name)
     try:
         written = scaffold(name, target, force=force)
-    except InitError as exc:
+    except ConfigError as exc:
         render.print_error(exc)
         raise typer.Exit(exit_codes.USAGE) from None
     for path in written:
@@ -93,10 +90,10 @@ def scaffold(name: str, target: Path, *, force: bool = False) -> list[Path]:
     """Write the project files into ``target`` and return their paths.
 
     Raises:
-        InitError: the name is not valid, or ``target`` is in the way.
+        ConfigError: the name is not valid, or ``target`` is in the way.
     """
     if not _NAME.fullmatch(name):
-        raise InitError(
+        raise ConfigError(
             f'"{name}" is not a valid project name: use letters, digits, "_" and "-", '
             "starting with a letter, at most 40 characters (for example my_agent); "
             "to choose where the project goes, use --dir"
@@ -125,9 +122,9 @@ def render_template(template: str, values: dict[str, str]) -> str:
 
 def _check_target(target: Path, *, force: bool) -> None:
     if target.exists() and not target.is_dir():
-        raise InitError(f"{target} exists and is not a folder; choose another NAME or --dir")
+        raise ConfigError(f"{target} exists and is not a folder; choose another NAME or --dir")
     if target.is_dir() and any(target.iterdir()) and not force:
-        raise InitError(
+        raise ConfigError(
             f"{target} exists and is not empty; choose another NAME or --dir, or pass --force "
             "to write the project files into it"
         )

@@ -1,7 +1,7 @@
 /* osmosis-run HTML report: draws the JSON embedded in #osmosis-data (osmosis_run/html_report.py).
  *
  * One rule keeps it safe: text from a dataset or a model reaches the DOM only as text
- * (textContent, text nodes, attribute values), never as markup. No innerHTML anywhere.
+ * (textContent, text nodes, attribute values), never as markup: nothing here parses HTML.
  */
 (function () {
   "use strict";
@@ -135,11 +135,11 @@
     }
     const total = counts.reduce((a, b) => a + b, 0) || 1;
     counts.forEach((count, i) => {
-      const x = L + i * bw, h = (H - T - B) * (count / top);
+      const x = L + i * bw, h = count ? Math.max((H - T - B) * (count / top), 2) : 0;
       const title = `${spec.edgeText(i)}: ${int(count)} (${pct(count / total)})`;
       const rect = sv("rect", {
         class: "bar" + (spec.onBar ? " clickable" : "") + (spec.barClass ? " " + spec.barClass(i) : ""),
-        x: x + 1.5, y: y(count), width: Math.max(bw - 3, 1), height: Math.max(h, 0), rx: 2,
+        x: x + 1.5, y: H - B - h, width: Math.max(bw - 3, 1), height: h, rx: 2,
         "data-count": count,
       }, sv("title", { text: title }));
       if (spec.onBar) rect.addEventListener("click", () => spec.onBar(i));
@@ -149,15 +149,15 @@
         hit.addEventListener("click", () => spec.onBar(i));
         svg.insertBefore(hit, svg.firstChild);
       }
-      if (n <= 12 && count > 0) {
-        svg.appendChild(sv("text", { class: "bar-label", x: x + bw / 2, y: y(count) - 4, "text-anchor": "middle", text: int(count) }));
+      if (n <= 24 && count > 0) {
+        svg.appendChild(sv("text", { class: "bar-label", x: x + bw / 2, y: H - B - h - 4, "text-anchor": "middle", text: int(count) }));
       }
     });
     const every = Math.ceil((n + 1) / 11);
-    spec.edges.forEach((edge, i) => {
-      if (i % every && i !== n) return;
-      svg.appendChild(sv("text", { x: L + i * bw, y: H - B + 15, "text-anchor": "middle", text: spec.edgeLabel(edge, i) }));
-    });
+    const ticks = spec.ticks || spec.edges.map((edge, i) => [i, spec.edgeLabel(edge, i)]).filter(([i]) => i % every === 0 || i === n);
+    for (const [at, text] of ticks) {
+      svg.appendChild(sv("text", { x: L + at * bw, y: H - B + 15, "text-anchor": "middle", text }));
+    }
     svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", text: spec.xTitle }));
     return svg;
   }
@@ -254,7 +254,10 @@
   }
 
   /* The outcome transition matrix of a comparison: rows are A, columns are B. */
-  function matrixChart(outcomes, matrix) {
+  function matrixChart(allOutcomes, allMatrix) {
+    const keep = allOutcomes.map((name, i) => name === "pass" || name === "fail" || allMatrix[i].some(Boolean) || allMatrix.some((r) => r[i]));
+    const outcomes = allOutcomes.filter((_, i) => keep[i]);
+    const matrix = allMatrix.filter((_, i) => keep[i]).map((r) => r.filter((_, j) => keep[j]));
     const n = outcomes.length, C = 62, L = 92, T = 40, W = L + n * C + 8, H = T + n * C + 8;
     const max = Math.max(...matrix.flat(), 1);
     const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "outcome transitions", style: "max-width:420px" });
@@ -507,7 +510,7 @@
   }
 
   function transcriptBlock(row, run) {
-    const block = el("div", { class: "block" }, el("h3", { text: "Transcript" + (row.t ? ` · ${int(row.t.length)} messages` : "") }));
+    const block = el("div", { class: "block" }, el("h3", { text: "Transcript" + (row.t ? ` · ${int(row.t.length)} message${row.t.length === 1 ? "" : "s"}` : "") }));
     if (row.t) {
       if (row.tp) block.appendChild(el("p", { class: "note", text: "The workflow failed before it produced a transcript: this is the prompt it was given (from result.json)." }));
       const names = new Map();
@@ -535,20 +538,30 @@
       row.afn ? el("p", { class: "muted", text: `${int(row.afn)} artifact files; the first ${row.af.length} are listed.` }) : null);
   }
 
+  function keyValues(value) {
+    const flat = value && typeof value === "object" && !Array.isArray(value) &&
+      Object.values(value).every((v) => v === null || ["string", "number", "boolean"].includes(typeof v));
+    if (!flat) return jsonBlock(value);
+    const entries = Object.entries(value);
+    if (!entries.length) return el("span", { class: "muted", text: "(empty)" });
+    return el("dl", { class: "kv" }, entries.map(([k, v]) => [el("dt", { text: k }), el("dd", { text: typeof v === "string" ? v : JSON.stringify(v) })]));
+  }
+
   function detail(row, run, into) {
     if (!row) {
       into.appendChild(el("p", { class: "note", text: "This rollout is not in this run." }));
       return;
     }
+    const shortLabel = row.lb !== undefined && row.lb.length <= 60 && !row.lb.includes("\n");
     into.appendChild(el("div", { class: "facts" },
       fact("status", pill(row.st)),
       fact("reward", rewardText(row)),
       fact("passed", row.p === undefined ? "—" : el("span", { class: "outcome " + (row.p ? "pass" : "fail"), text: row.p ? "yes" : "no" })),
+      shortLabel ? fact("label", el("span", { class: "mono", text: row.lb })) : null,
       fact("row", (row.rid !== undefined ? String(row.rid) + " · " : "") + `#${row.r} · line ${row.l}`),
       fact("sample", String(row.s)),
       fact("attempts", String(row.a)),
-      fact("workflow", ms(row.wm)),
-      fact("grader", ms(row.gm))));
+      fact("workflow · grader", ms(row.wm) + " · " + ms(row.gm))));
     if (row.em || row.ec || row.tb) {
       into.appendChild(el("div", { class: "block" }, el("h3", { text: "Error" + (row.es ? " · in the " + row.es : "") }),
         el("div", { class: "error-box" },
@@ -556,12 +569,15 @@
           el("div", { class: "msg-text", text: row.em || "" }),
           row.tb ? el("details", { open: true }, el("summary", { text: "Traceback" }), el("pre", { class: "code", text: row.tb })) : null)));
     }
-    if (row.lb !== undefined) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Label" }), el("pre", { class: "code wrap-lines", text: row.lb })));
-    if (row.m !== undefined) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Metrics" }), jsonBlock(row.m)));
-    if (row.md !== undefined) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Metadata" }), jsonBlock(row.md)));
+    if (row.lb !== undefined && !shortLabel) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Label" }), el("pre", { class: "code wrap-lines", text: row.lb })));
+    into.appendChild(transcriptBlock(row, run));
     const files = filesBlock(row, run);
     if (files) into.appendChild(files);
-    into.appendChild(transcriptBlock(row, run));
+    if (row.m !== undefined || row.md !== undefined) {
+      into.appendChild(el("div", { class: "block pair-blocks" },
+        row.m !== undefined ? el("div", null, el("h3", { text: "Metrics" }), keyValues(row.m)) : null,
+        row.md !== undefined ? el("div", null, el("h3", { text: "Metadata" }), keyValues(row.md)) : null));
+    }
   }
 
   // -- the run page --------------------------------------------------------------------------
@@ -787,7 +803,7 @@
       { key: "ra", label: "Reward A", cls: "r", sort: (p) => (p.A ? p.A.rw : null), cell: (p) => rewardText(p.A) },
       { key: "sb", label: "B", sort: (p) => (p.B ? STATUSES.indexOf(p.B.st) : null), cell: st("B") },
       { key: "rb", label: "Reward B", cls: "r", sort: (p) => (p.B ? p.B.rw : null), cell: (p) => rewardText(p.B) },
-      { key: "d", label: "Δ", cls: "r", sort: (p) => p.d, cell: (p) => (isNum(p.d) ? deltaChip(p.d, 3) : el("span", { class: "muted", text: "—" })) },
+      { key: "d", label: "Δ", cls: "r", sort: (p) => p.d, cell: (p) => (isNum(p.d) && Math.abs(p.d) > 1e-12 ? deltaChip(p.d, 3) : el("span", { class: "muted", text: isNum(p.d) ? "0" : "—" })) },
       { key: "k", label: "Change", cls: "opt", sort: (p) => p.k, cell: (p) => el("span", { class: "outcome " + (p.k === "pf" ? "fail" : p.k === "fp" ? "pass" : ""), text: KINDS[p.k] }) },
     ];
   }
@@ -827,7 +843,7 @@
       card("Paired reward change", P.delta_hist ? "reward in B minus reward in A, per rollout (failures count 0)" : "",
         P.delta_hist ? histogram({
           label: "reward delta histogram", cls: "delta-hist", edges: P.delta_hist.edges, counts: P.delta_hist.counts, xTitle: "Δ reward (B − A)",
-          edgeLabel: (e, i) => (i % 5 === 0 || i === P.delta_hist.counts.length ? short((P.delta_hist.edges[i] + (P.delta_hist.edges[i + 1] ?? e)) / 2) : ""),
+          ticks: P.delta_hist.counts.map((_, i) => [i + 0.5, short((P.delta_hist.edges[i] + P.delta_hist.edges[i + 1]) / 2)]).filter((_, i) => i % 5 === 0),
           edgeText: (i) => `Δ ${short(P.delta_hist.edges[i])} to ${short(P.delta_hist.edges[i + 1])}`,
           barClass: (i) => { const mid = (P.delta_hist.counts.length - 1) / 2; return i < mid ? "delta-down" : i > mid ? "delta-up" : "delta-zero"; },
         }) : emptyChart("No rollouts scored in both runs.")));

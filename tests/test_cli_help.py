@@ -1,0 +1,75 @@
+"""Every command and option of the app has help text, and the README mentions each of them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer.main
+
+from osmosis_run.cli import app
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+# typer may bring its own copy of click, so the tree is walked by duck typing, not isinstance.
+Command = Any
+Param = Any
+
+
+def walk(command: Command, path: str = "osmosis-run") -> Iterator[tuple[str, Command]]:
+    """Every command of the tree under ``command``, with its full name."""
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from walk(sub, f"{path} {name}")
+
+
+def commands() -> list[tuple[str, Command]]:
+    return list(walk(typer.main.get_command(app)))
+
+
+def param_name(param: Param) -> str:
+    return str(param.opts[0] if param.opts else param.name)
+
+
+def long_names(param: Param) -> list[str]:
+    if param.param_type_name != "option":
+        return []
+    return [name for name in param.opts if name.startswith("--") and name != "--help"]
+
+
+def mentioned(name: str, text: str) -> bool:
+    """``name`` occurs as a whole word ("--limit" is not mentioned by "--limits")."""
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def test_the_tree_has_the_commands() -> None:
+    names = {path for path, _ in commands()}
+    assert {"osmosis-run eval", "osmosis-run validate", "osmosis-run init"} <= names
+
+
+def test_every_command_and_option_has_help() -> None:
+    missing = []
+    for path, command in commands():
+        if not (command.help or command.short_help or "").strip():
+            missing.append(path)
+        for param in command.params:
+            # typer gives arguments a help text too (click's own arguments have none).
+            if not (getattr(param, "help", None) or "").strip():
+                missing.append(f"{path} {param_name(param)}")
+    assert missing == [], f"these have no help text: {', '.join(missing)}"
+
+
+def test_readme_mentions_every_command_and_long_option() -> None:
+    readme = README.read_text(encoding="utf-8")
+    wanted: set[str] = set()
+    for path, command in commands()[1:]:
+        wanted.add(path)  # "osmosis-run eval": each command shown being used
+        for param in command.params:
+            wanted.update(long_names(param))
+    missing = sorted(name for name in wanted if not mentioned(name, readme))
+    assert missing == [], (
+        "README.md does not mention these commands or options; document them "
+        f"(the README is the user's manual): {', '.join(missing)}"
+    )
