@@ -13,6 +13,7 @@ import typer
 from osmosis_run.cli import exit_codes
 
 if TYPE_CHECKING:
+    from osmosis_run.gates import Verdict
     from osmosis_run.runner import Runner, RunOutcome
     from osmosis_run.settings import EvalSettings
 
@@ -157,6 +158,36 @@ def eval_command(
             panel=_GATES,
         ),
     ] = None,
+    dry_run: Annotated[
+        bool | None,
+        _opt("--dry-run", help="Load everything and read every row; run nothing (as validate)."),
+    ] = None,
+    html: Annotated[
+        str | None, _opt("--html", help="Write the HTML report here at the end.", panel=_GATES)
+    ] = None,
+    junit: Annotated[
+        str | None,
+        _opt(
+            "--junit",
+            help="Write a JUnit XML report here (one testcase per rollout).",
+            panel=_GATES,
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        _opt(
+            "--baseline", help="Compare with this earlier run directory at the end.", panel=_GATES
+        ),
+    ] = None,
+    fail_on_regression: Annotated[
+        float | None,
+        _opt(
+            "--fail-on-regression",
+            help="With --baseline: exit 1 when the mean reward dropped by more than this "
+            "and the confidence interval excludes zero.",
+            panel=_GATES,
+        ),
+    ] = None,
     max_error_rate: Annotated[
         str | None,
         _opt(
@@ -191,6 +222,10 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
         if config is not None:
             add_import_path(config.parent)
         settings = resolve_settings(values, config_file=config)
+        if settings.dry_run:
+            from osmosis_run.cli.validate import run_validate
+
+            return run_validate(settings)
         reporter = render.make_reporter(jsonl=settings.jsonl)
         runner = Runner(settings, reporter=reporter)
         runner.prepare()
@@ -227,6 +262,7 @@ async def _run_with_signals(runner: Runner, reporter: Any) -> RunOutcome:
 
 def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     from osmosis_run.cli import render
+    from osmosis_run.errors import OsmosisRunError
     from osmosis_run.gates import check_error_budget, check_gates
 
     render.print_summary(outcome)
@@ -235,9 +271,58 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
         return exit_codes.INTERRUPTED
     budget = check_error_budget(outcome.summary, settings.max_error_rate)
     gates = check_gates(outcome.summary, settings.fail_under)
-    render.print_verdicts([*gates, budget])
+    try:
+        regression = _baseline_verdicts(settings, outcome)
+        verdicts = [*gates, *regression, budget]
+        _write_reports(settings, outcome, verdicts)
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    render.print_verdicts(verdicts)
     if not budget.held:
         return exit_codes.ERROR_BUDGET
-    if not all(g.held for g in gates):
+    if not all(v.held for v in (*gates, *regression)):
         return exit_codes.GATE_FAILED
     return exit_codes.OK
+
+
+def _baseline_verdicts(settings: EvalSettings, outcome: RunOutcome) -> list[Verdict]:
+    """``--baseline``: compare this run with an earlier one, as ``osmosis-run compare`` does."""
+    if settings.baseline is None:
+        return []
+    from osmosis_run.cli import render
+    from osmosis_run.compare import compare_runs, regression_verdict
+    from osmosis_run.report import open_run
+
+    comparison = compare_runs(
+        open_run(Path(settings.baseline)),
+        open_run(outcome.run_dir),
+        pass_threshold=settings.pass_threshold,
+    )
+    render.print_comparison(comparison)
+    if settings.fail_on_regression is None:
+        return []
+    return [regression_verdict(comparison, settings.fail_on_regression)]
+
+
+def _write_reports(settings: EvalSettings, outcome: RunOutcome, verdicts: list[Verdict]) -> None:
+    """--junit, --html and the GitHub step summary, from the finished run directory."""
+    from osmosis_run.cli import render
+    from osmosis_run.step_summary import append_step_summary, markdown_summary
+
+    if settings.junit is not None:
+        from osmosis_run.junit import write_junit
+        from osmosis_run.rundata import load_run
+
+        lines = load_run(outcome.run_dir).lines
+        write_junit(lines, outcome.summary, Path(settings.junit), suite_name=outcome.run_dir.name)
+        render.err.print(f"osmosis-run: JUnit report -> {settings.junit}", markup=False)
+    if settings.html is not None:
+        from osmosis_run.html_report import write_run_html
+
+        write_run_html(outcome.run_dir, Path(settings.html))
+        render.err.print(f"osmosis-run: HTML report -> {settings.html}", markup=False)
+    title = f"osmosis-run eval: {outcome.run_dir.name}"
+    append_step_summary(
+        markdown_summary(outcome.summary, verdicts, run_dir=outcome.run_dir, title=title)
+    )
