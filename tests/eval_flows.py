@@ -139,3 +139,10 @@ class SeedEcho(AgentWorkflow[AgentWorkflowConfig]):
         rollout = get_rollout_context()
         assert rollout is not None
         return [*ctx.prompt, {"role": "assistant", "content": str(rollout.seed)}]
+
+
+class Wrong(AgentWorkflow[AgentWorkflowConfig]):
+    """Always answer something that matches no label."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        return [*ctx.prompt, {"role": "assistant", "content": "wrong"}]

@@ -563,3 +563,47 @@ def test_rollout_seeds_depend_on_row_sample_and_seed_not_on_order(cli: Cli, tmp_
     assert len(set(plain.values())) == 12
     other = seeds("c", "--seed", "7")
     assert set(other.values()).isdisjoint(plain.values())
+
+
+def test_dry_run_reads_every_row_and_runs_nothing(cli: Cli, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [*qa_rows(2), "not json"])
+    result = eval_(cli, data, "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == f"{data}: 3 rows, 1 invalid"
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_writes_junit_html_and_the_github_step_summary(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    step = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    data = write_jsonl(tmp_path / "d.jsonl", [*qa_rows(4), "not json"])
+    result = eval_(cli, data, "--max-error-rate", "1", "--junit", "j.xml", "--html", "r.html")
+    assert result.exit_code == 0, result.stderr
+    suite = ET.parse(tmp_path / "j.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("5", "2", "1")
+    page = (tmp_path / "r.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") or page.lower().startswith("<!doctype html>")
+    assert "q3.s0" in page
+    assert "### osmosis-run eval: run" in step.read_text()
+    assert "osmosis-run: JUnit report -> j.xml" in result.stderr.splitlines()
+
+
+def test_baseline_regression_fails_the_run(cli: Cli, tmp_path: Path) -> None:
+    data = write_jsonl(
+        tmp_path / "d.jsonl", [{"id": f"r{i}", "prompt": "a", "label": "a"} for i in range(40)]
+    )
+    assert eval_(cli, data, out=Path("good")).exit_code == 0
+    args = ["-w", "eval_flows:Wrong", "-g", "eval_flows:ExactMatch", "--out", "bad"]
+    held = cli("eval", str(data), *args, "--baseline", "good")
+    assert held.exit_code == 0  # without a tolerance the comparison is only shown
+    failed = cli("eval", str(data), *args, "--baseline", "good", "--fail-on-regression", "0.1")
+    assert failed.exit_code == 1
+    verdict = [line for line in failed.stderr.splitlines() if "regression" in line]
+    assert verdict[0].startswith("FAILED: mean regression <= 0.1: ")
+    missing = cli("eval", str(data), *args, "--baseline", "nowhere")
+    assert missing.exit_code == 2
