@@ -152,3 +152,41 @@ def test_a_workflow_calling_a_real_http_model_server_keeps_the_key_secret(tmp_pa
             assert key not in path.read_text(errors="replace"), path
     assert key not in done.stdout + done.stderr
     assert os.environ.get("OSMOSIS_API_KEY") != key
+
+
+def test_a_terminal_gets_a_live_progress_bar_and_a_pipe_gets_plain_lines(tmp_path: Path) -> None:
+    import pty
+
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(10, metadata={"sleep": 0.1}))
+    args = [str(data), "-w", "eval_flows:Sleepy", "-c", "1", "--max-error-rate", "1"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*EXE, "eval", *args, "--out", "tty"], cwd=tmp_path, env=subprocess_env(COLUMNS="100"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
+    )  # fmt: skip
+    os.close(slave)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        screen += chunk
+    proc.wait(timeout=30)
+    os.close(master)
+    text = screen.decode(errors="replace")
+    assert proc.returncode == 0
+    assert "\x1b[" in text  # drawn with terminal control sequences
+    assert "/10" in text
+    assert "osmosis-run: 10/10 rollouts" not in text  # no plain lines on a terminal
+
+    piped = subprocess.run(
+        [*EXE, "eval", *args, "--out", "pipe"], cwd=tmp_path, env=subprocess_env(),
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    plain = [line for line in piped.stderr.splitlines() if "/10 rollouts" in line]
+    assert plain[0].startswith("osmosis-run: 1/10 rollouts, mean -  errors 0, ")
+    assert plain[-1].startswith("osmosis-run: 10/10 rollouts")
+    assert "\x1b[" not in piped.stderr

@@ -78,8 +78,10 @@ class Opened:
 def opened(browser: Browser) -> Iterator[Any]:
     pages: list[Opened] = []
 
-    def open_file(path: Path, fragment: str = "") -> Opened:
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+    def open_file(path: Path, fragment: str = "", *, bypass_csp: bool = False) -> Opened:
+        # bypass_csp: check that the page's own code keeps payloads inert, with no help
+        # from its Content Security Policy.
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp)
         view = Opened(page)
         page.on("pageerror", lambda error: view.errors.append(str(error)))
         page.on("console", lambda m: view.errors.append(m.text) if m.type == "error" else None)
@@ -97,6 +99,23 @@ def opened(browser: Browser) -> Iterator[Any]:
         assert view.dialogs == []
         assert view.requests == []
         view.page.close()
+
+
+def rows(view: Opened) -> list[str]:
+    """The rollout ids the main table shows."""
+    ids: list[str] = view.page.eval_on_selector_all(
+        "table.rollouts tbody tr[data-id]", "rows => rows.map(r => r.dataset.id)"
+    )
+    return ids
+
+
+def shows(view: Opened, count: int) -> list[str]:
+    """Wait (the filters are debounced) until the main table shows ``count`` rows."""
+    for _ in range(60):
+        if len(rows(view)) == count:
+            break
+        view.page.wait_for_timeout(50)
+    return rows(view)
 
 
 def pwned(page: Page) -> Any:
@@ -172,17 +191,14 @@ def test_filter_by_status_category_outcome_and_reward(opened: Any, report: Path)
     assert view.text(".pager .info") == "1–2 of 2 (filtered from 14)"
     page.select_option("select[name=status]", "")
     page.select_option("select[name=category]", "invalid_row")
-    assert [r.get_attribute("data-id") for r in page.query_selector_all("table.rollouts tbody tr")] == [
-        "bad.s0",
-        "bad.s1",
-    ]
+    assert rows(view) == ["bad.s0", "bad.s1"]
     page.select_option("select[name=category]", "")
     page.select_option("select[name=outcome]", "pass")
     assert view.count("table.rollouts tbody tr") == 5
     page.select_option("select[name=outcome]", "")
     page.fill("input[name=rmin]", "0.2")
     page.fill("input[name=rmax]", "0.3")
-    page.wait_for_function("document.querySelectorAll('table.rollouts tbody tr').length === 5")
+    assert len(shows(view, 5)) == 5
 
 
 def test_clicking_charts_filters_the_table(opened: Any, report: Path) -> None:
@@ -191,31 +207,29 @@ def test_clicking_charts_filters_the_table(opened: Any, report: Path) -> None:
     view.page.click("svg[aria-label='counts by status'] g[data-name=invalid]")
     assert view.count("table.rollouts tbody tr") == 2
     view.page.click("svg.reward-hist rect.bar:nth-of-type(10)")
-    view.page.wait_for_function("document.querySelectorAll('table.rollouts tbody tr').length === 5")
+    assert shows(view, 5) == ["flip.s0", "easy.s0", "easy.s1", "long.s0", "long.s1"]
 
 
 def test_search_covers_ids_errors_and_transcripts(opened: Any, report: Path) -> None:
     view = opened(report)
 
     view.page.fill("input[name=q]", "be verbose")
-    view.page.wait_for_function("document.querySelectorAll('table.rollouts tbody tr').length === 2")
+    assert shows(view, 2) == ["long.s0", "long.s1"]
     view.page.fill("input[name=q]", "cannot answer")
-    view.page.wait_for_function(
-        "[...document.querySelectorAll('table.rollouts tbody tr')].map(r => r.dataset.id).join() === "
-        "'boom.s0,boom.s1'"
-    )
+    assert shows(view, 2) == ["boom.s0", "boom.s1"]
 
 
 def test_sorting_by_reward(opened: Any, report: Path) -> None:
     view = opened(report)
 
-    view.page.click("th:has-text('Reward')")  # highest first
-    first = view.page.query_selector_all("table.rollouts tbody tr")[0].get_attribute("data-id")
-    view.page.click("th:has-text('Reward')")
-    last = view.page.query_selector_all("table.rollouts tbody tr")[0].get_attribute("data-id")
+    view.page.click("table.rollouts th:has-text('Reward')")  # highest first
+    first = rows(view)
+    view.page.click("table.rollouts th:has-text('Reward')")
+    second = rows(view)
 
-    assert first == "flip.s0"
-    assert last == "flip.s1"
+    assert first[:3] == ["flip.s0", "easy.s0", "easy.s1"]
+    assert second[:3] == ["flip.s1", "xss.s0", "xss.s1"]
+    assert first[-1] == second[-1] == "bad.s1"  # no reward: last either way
 
 
 def test_clicking_a_row_shows_its_transcript(opened: Any, report: Path) -> None:
@@ -268,8 +282,9 @@ def test_the_hash_opens_a_rollout(opened: Any, report: Path) -> None:
     assert "characters not shown" in view.text(".drawer.open .transcript")
 
 
-def test_payloads_from_the_dataset_stay_text(opened: Any, report: Path) -> None:
-    view = opened(report)
+@pytest.mark.parametrize("bypass_csp", [True, False], ids=["page-code-alone", "with-csp"])
+def test_payloads_from_the_dataset_stay_text(opened: Any, report: Path, bypass_csp: bool) -> None:
+    view = opened(report, bypass_csp=bypass_csp)
     page = view.page
     title = page.title()
 
@@ -279,7 +294,7 @@ def test_payloads_from_the_dataset_stay_text(opened: Any, report: Path) -> None:
         assert PAYLOAD in page.inner_text(".drawer.open")
         page.keyboard.press("Escape")
     page.fill("input[name=q]", "onerror")
-    page.wait_for_timeout(300)
+    assert len(shows(view, 6)) == 6
     assert ID_PAYLOAD in page.inner_text("table.rollouts")
 
     assert pwned(page) == [None, title]
@@ -322,9 +337,10 @@ def test_compare_matrix_and_filters(opened: Any, comparison: Path) -> None:
     )
     assert sum(cells) == 14
     view.page.select_option("select[name=change]", "fp")
-    assert [r.get_attribute("data-id") for r in view.page.query_selector_all(
-        "table[data-table=pairs] tbody tr"
-    )] == ["flip.s1"]
+    shown = view.page.eval_on_selector_all(
+        "table[data-table=pairs] tbody tr", "rows => rows.map(r => r.dataset.id)"
+    )
+    assert shown == ["flip.s1"]
     assert pwned(view.page)[0] is None
 
 

@@ -52,12 +52,17 @@ class Reporter:
         self._start = time.monotonic()
         self._next_plain = self._start + PLAIN_EVERY_S
         self._progress: Any = None
+        self._step = 1 << 62
+        self._next_count = 1 << 62
         self._task: Any = None
 
     def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
         """Announce the run and start the progress display."""
         self.planned = planned
         self.done = done
+        # Plain mode: a line every 10% of the run, or every PLAIN_EVERY_S seconds.
+        self._step = max(planned // 10, 1) if planned else 1 << 62
+        self._next_count = done + self._step
         resumed = f", {done} already done" if done else ""
         total = f"{planned} rollouts" if planned is not None else "rollouts from stdin"
         err.print(f"osmosis-run: {total}{resumed} -> {run_dir}", markup=False)
@@ -98,8 +103,9 @@ class Reporter:
             sys.stdout.flush()
         if self._progress is not None:
             self._progress.update(self._task, advance=1, stats=self._stats())
-        elif time.monotonic() >= self._next_plain:
+        elif self.done >= self._next_count or time.monotonic() >= self._next_plain:
             self._next_plain = time.monotonic() + PLAIN_EVERY_S
+            self._next_count = self.done + self._step
             self._plain_line()
 
     def _stats(self) -> str:
@@ -110,7 +116,7 @@ class Reporter:
         elapsed = time.monotonic() - self._start
         of = f"/{self.planned}" if self.planned is not None else ""
         err.print(
-            f"osmosis-run: {self.done}{of} rollouts, {self._stats()}, {elapsed:.0f}s elapsed",
+            f"osmosis-run: {self.done}{of} rollouts, {self._stats()}, {elapsed:.1f}s elapsed",
             markup=False,
         )
 
