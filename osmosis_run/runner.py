@@ -50,6 +50,8 @@ from osmosis_run.workflow import AgentWorkflow, Grader
 
 __all__ = ["Reporter", "RunOutcome", "Runner"]
 
+STALL_CHECK_S = 5.0
+STALL_AFTER_S = 60.0
 TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
 
 
@@ -61,6 +63,9 @@ class Reporter(Protocol):
 
     def rollout_finished(self, line: ResultLine, text: str) -> None:
         """One rollout finished; ``text`` is its results.jsonl line."""
+
+    def stalled(self, rollout_id: str, seconds: float) -> None:
+        """A rollout has been running for ``seconds`` (reported once per rollout)."""
 
 
 @dataclass
@@ -84,15 +89,23 @@ class _Job:
 class Runner:
     """Run one evaluation described by ``EvalSettings``."""
 
-    def __init__(self, settings: EvalSettings, *, reporter: Reporter | None = None) -> None:
+    def __init__(
+        self,
+        settings: EvalSettings,
+        *,
+        reporter: Reporter | None = None,
+        stall_after_s: float = STALL_AFTER_S,
+    ) -> None:
         self.settings = settings
         self.reporter = reporter
+        self.stall_after_s = stall_after_s
         self.selection = _selection(settings)
         self.store: RunStore | None = None
         self.backend: LocalBackend | None = None
         self.planned: int | None = None
         self._finished: set[str] = set()
         self._resumed = 0
+        self._running: dict[str, float] = {}  # rollout id -> when it started: O(concurrency)
         self._metrics = MetricsAccumulator(
             pass_threshold=settings.pass_threshold,
             samples=settings.samples,
@@ -202,14 +215,32 @@ class Runner:
     async def _execute(self) -> None:
         limit = self.concurrency
         window = asyncio.Semaphore(limit) if limit else None
-        async with asyncio.TaskGroup() as group:
-            for job in self._jobs():
-                if job.row.error is not None:
-                    self._record(job, _invalid_line(job), result=None, request=None)
-                    continue
-                if window is not None:
-                    await window.acquire()
-                group.create_task(self._run_job(job, window))
+        async with asyncio.TaskGroup() as outer:
+            watchdog = outer.create_task(self._watch())
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for job in self._jobs():
+                        if job.row.error is not None:
+                            self._record(job, _invalid_line(job), result=None, request=None)
+                            continue
+                        if window is not None:
+                            await window.acquire()
+                        group.create_task(self._run_job(job, window))
+            finally:
+                watchdog.cancel()
+
+    async def _watch(self) -> None:
+        """Tell the reporter about rollouts running far longer than a deadline would allow."""
+        if self.reporter is None or self.settings.agent_timeout is not None:
+            return
+        warned: set[str] = set()
+        while True:
+            await asyncio.sleep(min(STALL_CHECK_S, self.stall_after_s / 2))
+            now = time.perf_counter()
+            for rid, started in list(self._running.items()):
+                if now - started >= self.stall_after_s and rid not in warned:
+                    warned.add(rid)
+                    self.reporter.stalled(rid, now - started)
 
     def _jobs(self) -> Iterator[_Job]:
         assert self.settings.dataset is not None
@@ -222,6 +253,7 @@ class Runner:
     async def _run_job(self, job: _Job, window: asyncio.Semaphore | None) -> None:
         try:
             request = self._request(job)
+            self._running[job.rollout_id] = time.perf_counter()
             attempts = self.settings.retries + 1
             for attempt in range(1, attempts + 1):
                 with self._context(job):
@@ -233,6 +265,7 @@ class Runner:
             line = self._line(job, outcome, timings, attempt)
             self._record(job, line, result=outcome, request=request, timings=timings)
         finally:
+            self._running.pop(job.rollout_id, None)
             if window is not None:
                 window.release()
 

@@ -108,6 +108,17 @@ class Reporter:
             self._next_count = self.done + self._step
             self._plain_line()
 
+    def stalled(self, rollout_id: str, seconds: float) -> None:
+        """A rollout runs far longer than the others; say how to bound it."""
+        message = (
+            f"osmosis-run: {rollout_id} has been running for {seconds:.0f}s; "
+            "--agent-timeout S bounds every rollout"
+        )
+        if self._progress is not None:
+            self._progress.console.print(message, markup=False)
+        else:
+            err.print(message, markup=False)
+
     def _stats(self) -> str:
         mean = f"mean {self.reward_sum / self.rewarded:.3f}" if self.rewarded else "mean -"
         return f"{mean}  errors {self.errors}"

@@ -1,0 +1,56 @@
+"""The Runner as a library: progress events, stalls, summaries."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from conftest import TESTS_DIR, qa_rows, write_jsonl
+
+from osmosis_run.records import ResultLine
+from osmosis_run.runner import Runner
+from osmosis_run.settings import EvalSettings
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
+        self.events.append(("started", (planned, done)))
+
+    def rollout_finished(self, line: ResultLine, text: str) -> None:
+        self.events.append(("finished", line.rollout_id))
+
+    def stalled(self, rollout_id: str, seconds: float) -> None:
+        self.events.append(("stalled", rollout_id))
+
+
+def settings(tmp_path: Path, **kw: object) -> EvalSettings:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2, metadata={"sleep": 0.4}))
+    return EvalSettings.model_validate(
+        {"dataset": str(data), "workflow": "eval_flows:Sleepy", "out": str(tmp_path / "run"), **kw}
+    )
+
+
+@pytest.fixture(autouse=True)
+def _flows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+
+
+def test_a_long_running_rollout_is_reported_once(tmp_path: Path) -> None:
+    recorder = Recorder()
+    runner = Runner(settings(tmp_path, concurrency=1), reporter=recorder, stall_after_s=0.2)
+    outcome = asyncio.run(runner.run())
+    assert outcome.summary.rollouts == 2
+    stalls = [rid for kind, rid in recorder.events if kind == "stalled"]
+    assert stalls == ["q0.s0", "q1.s0"]
+    assert recorder.events[0] == ("started", (2, 0))
+
+
+def test_no_stall_reports_when_a_deadline_bounds_rollouts(tmp_path: Path) -> None:
+    recorder = Recorder()
+    runner = Runner(settings(tmp_path, agent_timeout=5), reporter=recorder, stall_after_s=0.1)
+    asyncio.run(runner.run())
+    assert [kind for kind, _ in recorder.events] == ["started", "finished", "finished"]
