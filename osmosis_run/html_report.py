@@ -235,10 +235,11 @@ class _Rollout:
 def _rollouts(run: RunData) -> list[_Rollout]:
     threshold = run.summary.pass_threshold
     lines = sorted(run.lines, key=lambda line: (line.row_index, line.sample_index, line.rollout_id))
-    return [_rollout(line, threshold, run.run_dir / ROLLOUTS / line.rollout_id) for line in lines]
+    rollouts = os.path.join(run.run_dir, ROLLOUTS)
+    return [_rollout(line, threshold, os.path.join(rollouts, line.rollout_id)) for line in lines]
 
 
-def _rollout(line: ResultLine, threshold: float, where: Path) -> _Rollout:
+def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
     passed = _passed(line, threshold)
     row: dict[str, Any] = {
         "i": line.rollout_id,
@@ -264,7 +265,7 @@ def _rollout(line: ResultLine, threshold: float, where: Path) -> _Rollout:
     row.update(_files(where))
     messages = line.messages
     if line.status in ERROR_STATUSES or line.error_message is not None:
-        details = _error_details(where / "result.json")
+        details = _error_details(os.path.join(where, "result.json"))
         row.update({k: v for k, v in details.items() if k != "prompt"})
         if messages is None and details.get("prompt"):
             messages, row["tp"] = details["prompt"], True
@@ -296,16 +297,17 @@ def _clip_json(value: Any) -> Any:
     return value if len(text) <= MAX_FIELD_CHARS else _clip(text, MAX_FIELD_CHARS)
 
 
-def _files(where: Path) -> dict[str, Any]:
+def _files(where: str) -> dict[str, Any]:
     """Which of result.json and trajectory.json exist, and the artifact files (capped)."""
     try:
-        names = {entry.name for entry in os.scandir(where)}
+        with os.scandir(where) as entries:
+            names = {entry.name for entry in entries}
     except OSError:
         return {}
     flags = ("r" if "result.json" in names else "") + ("t" if "trajectory.json" in names else "")
     found: dict[str, Any] = {"f": flags}
     if "artifacts" in names:
-        artifacts = _artifacts(where / "artifacts")
+        artifacts = _artifacts(os.path.join(where, "artifacts"))
         if artifacts:
             found["af"] = artifacts[:MAX_ARTIFACTS]
             if len(artifacts) > MAX_ARTIFACTS:
@@ -313,27 +315,39 @@ def _files(where: Path) -> dict[str, Any]:
     return found
 
 
-def _artifacts(root: Path) -> list[list[Any]]:
+def _artifacts(root: str) -> list[list[Any]]:
+    """``[relative path, size]`` of the files under ``root``, sorted, folders walked in order."""
     found: list[list[Any]] = []
-    for folder, dirs, files in os.walk(root):
-        dirs.sort()
-        relative = Path(folder).relative_to(root)
-        for name in sorted(files):
-            path = relative / name
-            try:
-                size = (Path(folder) / name).stat().st_size
-            except OSError:
-                size = None
-            found.append([path.as_posix(), size])
-        if len(found) > 10 * MAX_ARTIFACTS:
-            break
+    pending = [("", root)]
+    while pending and len(found) <= 10 * MAX_ARTIFACTS:  # count a few more than are listed
+        prefix, folder = pending.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        folders = []
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append((f"{prefix}{entry.name}/", entry.path))
+            else:
+                found.append([prefix + entry.name, _size_of(entry)])
+        pending.extend(reversed(folders))
     return found
 
 
-def _error_details(path: Path) -> dict[str, Any]:
+def _size_of(entry: os.DirEntry[str]) -> int | None:
+    try:
+        return entry.stat().st_size
+    except OSError:
+        return None
+
+
+def _error_details(path: str) -> dict[str, Any]:
     """The traceback, stage and (for a transcript-less failure) the prompt, from result.json."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
     except (OSError, ValueError):
         return {}
     if not isinstance(doc, dict):

@@ -53,10 +53,7 @@ def load_run(
         samples=int(config.get("samples", 1)),
         group_by=group_by if group_by is not None else config.get("group_by"),
     )
-    try:
-        stored = read_summary(run_dir)
-    except ValueError:  # pydantic's ValidationError included: a torn or hand-edited file
-        stored = None
+    stored = read_summary(run_dir)
     if stored is not None:
         summary.planned = stored.planned
         summary.interrupted = stored.interrupted

@@ -20,33 +20,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from osmosis_run import __version__
 from osmosis_run.atif import dumps_trajectory, trajectory_from_messages
 from osmosis_run.backend import LocalBackend
+from osmosis_run.components import load_components, selection_of
 from osmosis_run.context import RolloutContext
 from osmosis_run.dataset import Row, iter_rows, rollout_id
 from osmosis_run.errors import ConfigError, DatasetError
 from osmosis_run.fingerprint import build_fingerprint, default_run_dir
-from osmosis_run.loading import load_class, load_instance
 from osmosis_run.metrics import MetricsAccumulator
 from osmosis_run.records import ResultLine, RolloutState, Summary
-from osmosis_run.selection import Selection, parse_rows_spec, parse_shard, select, stable_hash
+from osmosis_run.selection import Selection, select, stable_hash
 from osmosis_run.serialize import dumps
 from osmosis_run.settings import EvalSettings, settings_to_toml
 from osmosis_run.store import RUN_CONFIG, RunStore
 from osmosis_run.types import (
-    AgentWorkflowConfig,
-    BaseConfig,
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,
-    GraderConfig,
     RolloutErrorCategory,
     RolloutStatus,
 )
-from osmosis_run.workflow import AgentWorkflow, Grader
 
 __all__ = ["Reporter", "RunOutcome", "Runner"]
 
@@ -99,7 +93,7 @@ class Runner:
         self.settings = settings
         self.reporter = reporter
         self.stall_after_s = stall_after_s
-        self.selection = _selection(settings)
+        self.selection = selection_of(settings)
         self.store: RunStore | None = None
         self.backend: LocalBackend | None = None
         self.planned: int | None = None
@@ -135,24 +129,17 @@ class Runner:
             raise ConfigError("no workflow: give --workflow module:Class")
         if s.dataset != "-" and not Path(s.dataset).is_file():
             raise DatasetError(f"dataset {s.dataset} does not exist; check the path")
-        workflow_cls = load_class(s.workflow, AgentWorkflow, role="--workflow")
-        grader_cls = load_class(s.grader, Grader, role="--grader") if s.grader else None
-        workflow_config = _config(
-            s.workflow_config, s.workflow_config_overrides, AgentWorkflowConfig, "workflow_config"
-        )
-        grader_config = _config(
-            s.grader_config, s.grader_config_overrides, GraderConfig, "grader_config"
-        )
-        fingerprint = build_fingerprint(s, self.selection, workflow_cls, grader_cls)
+        parts = load_components(s)
+        fingerprint = build_fingerprint(s, self.selection, parts.workflow, parts.grader)
         run_dir = Path(s.out) if s.out else default_run_dir(s, fingerprint)
         secrets = (s.api_key,) if s.api_key else ()
         self.store = RunStore(run_dir, secrets=secrets)
         self.store.open(fingerprint, fresh=s.fresh)
         self.backend = LocalBackend(
-            workflow=workflow_cls,
-            workflow_config=workflow_config,
-            grader=grader_cls,
-            grader_config=grader_config,
+            workflow=parts.workflow,
+            workflow_config=parts.workflow_config,
+            grader=parts.grader,
+            grader_config=parts.grader_config,
             artifact_root=self.store.rollouts_dir.absolute(),
         )
         for line in self.store.load_finished(drop_failed=s.retry_failed):
@@ -516,45 +503,6 @@ def _brief(result: ExecutionResult) -> dict[str, Any]:
 
 def _round(ms: float | None) -> float | None:
     return None if ms is None else round(ms, 3)
-
-
-def _selection(s: EvalSettings) -> Selection:
-    return Selection(
-        offset=s.offset,
-        limit=s.limit,
-        rows=parse_rows_spec(s.rows) if s.rows else None,
-        ids=frozenset(s.ids) if s.ids is not None else None,
-        shard=parse_shard(s.shard) if s.shard else None,
-        shuffle=s.shuffle,
-        seed=s.seed,
-    )
-
-
-def _config(ref: str | None, overrides: dict[str, Any], base: type[BaseConfig], key: str) -> Any:
-    """Load a config instance and apply a config file's ``[workflow_config]`` overrides."""
-    if not ref:
-        if overrides:
-            raise ConfigError(
-                f'[{key}] overrides need an instance to override: add `from = "module:attr"` '
-                f"to the table, or --{key.replace('_', '-')}"
-            )
-        return None
-    instance = load_instance(ref, base, role=f"--{key.replace('_', '-')}")
-    if not overrides:
-        return instance
-    known = set(type(instance).model_fields) | set(instance.model_extra or {})
-    for name in overrides:
-        if name not in known:
-            raise ConfigError(
-                f'[{key}] has no field "{name}" (fields of {type(instance).__name__}: '
-                f"{', '.join(sorted(known))})"
-            )
-    try:
-        return type(instance).model_validate({**instance.model_dump(), **overrides})
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(p) for p in error["loc"])
-        raise ConfigError(f"[{key}] {where}: {error['msg']} (got {error['input']!r})") from None
 
 
 def _count_planned(s: EvalSettings, selection: Selection) -> int | None:

@@ -38,6 +38,12 @@ CHROMIUM_ARGS = [
 ]
 
 
+PASSING = ["flip.s0", "easy.s0", "easy.s1", "long.s0", "long.s1"]
+PAYLOAD_ID = "_img_src_x_onerror_window.__pwned_5_~b5799d6d7fd0"
+FIVE_QUARTERS = ["flip.s1", "xss.s0", "xss.s1", f"{PAYLOAD_ID}.s0", f"{PAYLOAD_ID}.s1"]
+ONERROR = ["xss.s0", "xss.s1", f"{PAYLOAD_ID}.s0", f"{PAYLOAD_ID}.s1", "boom.s0", "boom.s1"]
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
@@ -82,6 +88,7 @@ def opened(browser: Browser) -> Iterator[Any]:
         # bypass_csp: check that the page's own code keeps payloads inert, with no help
         # from its Content Security Policy.
         page = browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp)
+        page.set_default_timeout(5_000)
         view = Opened(page)
         page.on("pageerror", lambda error: view.errors.append(str(error)))
         page.on("console", lambda m: view.errors.append(m.text) if m.type == "error" else None)
@@ -109,10 +116,10 @@ def rows(view: Opened) -> list[str]:
     return ids
 
 
-def shows(view: Opened, count: int) -> list[str]:
-    """Wait (the filters are debounced) until the main table shows ``count`` rows."""
+def shows(view: Opened, expected: list[str]) -> list[str]:
+    """Wait (filters are debounced) until the main table shows ``expected``; return what it shows."""
     for _ in range(60):
-        if len(rows(view)) == count:
+        if rows(view) == expected:
             break
         view.page.wait_for_timeout(50)
     return rows(view)
@@ -198,7 +205,7 @@ def test_filter_by_status_category_outcome_and_reward(opened: Any, report: Path)
     page.select_option("select[name=outcome]", "")
     page.fill("input[name=rmin]", "0.2")
     page.fill("input[name=rmax]", "0.3")
-    assert len(shows(view, 5)) == 5
+    assert shows(view, FIVE_QUARTERS) == FIVE_QUARTERS
 
 
 def test_clicking_charts_filters_the_table(opened: Any, report: Path) -> None:
@@ -206,17 +213,17 @@ def test_clicking_charts_filters_the_table(opened: Any, report: Path) -> None:
 
     view.page.click("svg[aria-label='counts by status'] g[data-name=invalid]")
     assert view.count("table.rollouts tbody tr") == 2
-    view.page.click("svg.reward-hist rect.bar:nth-of-type(10)")
-    assert shows(view, 5) == ["flip.s0", "easy.s0", "easy.s1", "long.s0", "long.s1"]
+    view.page.click("svg.reward-hist rect.bar[data-bin='9']")
+    assert shows(view, PASSING) == PASSING
 
 
 def test_search_covers_ids_errors_and_transcripts(opened: Any, report: Path) -> None:
     view = opened(report)
 
     view.page.fill("input[name=q]", "be verbose")
-    assert shows(view, 2) == ["long.s0", "long.s1"]
+    assert shows(view, ["long.s0", "long.s1"]) == ["long.s0", "long.s1"]
     view.page.fill("input[name=q]", "cannot answer")
-    assert shows(view, 2) == ["boom.s0", "boom.s1"]
+    assert shows(view, ["boom.s0", "boom.s1"]) == ["boom.s0", "boom.s1"]
 
 
 def test_sorting_by_reward(opened: Any, report: Path) -> None:
@@ -294,7 +301,7 @@ def test_payloads_from_the_dataset_stay_text(opened: Any, report: Path, bypass_c
         assert PAYLOAD in page.inner_text(".drawer.open")
         page.keyboard.press("Escape")
     page.fill("input[name=q]", "onerror")
-    assert len(shows(view, 6)) == 6
+    assert len(shows(view, ONERROR)) == len(ONERROR)
     assert ID_PAYLOAD in page.inner_text("table.rollouts")
 
     assert pwned(page) == [None, title]

@@ -162,11 +162,6 @@ def test_names_that_cannot_name_classes_are_refused(cli: Cli, tmp_path: Path, na
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eval must make settings.import_paths importable (osmosis_run.validate."
-    "add_import_paths); until it does, run.toml cannot import a config-folder module",
-)
 def test_run_toml_reproduces_the_run_from_another_folder(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

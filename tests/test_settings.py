@@ -24,7 +24,7 @@ from osmosis_run.settings import (
     resolve_settings,
     settings_to_toml,
 )
-from osmosis_run.validate import load_components
+from osmosis_run.components import load_components
 
 Cli = Callable[..., Result]
 REPO = Path(__file__).resolve().parent.parent

@@ -140,7 +140,7 @@
       const rect = sv("rect", {
         class: "bar" + (spec.onBar ? " clickable" : "") + (spec.barClass ? " " + spec.barClass(i) : ""),
         x: x + 1.5, y: H - B - h, width: Math.max(bw - 3, 1), height: h, rx: 2,
-        "data-count": count,
+        "data-count": count, "data-bin": i,
       }, sv("title", { text: title }));
       if (spec.onBar) rect.addEventListener("click", () => spec.onBar(i));
       svg.appendChild(rect);
@@ -712,10 +712,13 @@
       el("label", null, "reward", rmin, "–", rmax), reset);
     const tableSection = el("section", { id: "rollouts" }, el("h2", { class: "section-title" }, "Rollouts", el("span", { class: "count", text: int(rows.length) })), table.element(toolbar));
     const focus = () => tableSection.scrollIntoView({ behavior: "smooth", block: "start" });
+    // A click on a chart shows exactly what was clicked: it replaces the other filters (not the search).
+    const only = () => { status.value = category.value = outcome.value = rmin.value = rmax.value = ""; rmaxInclusive = true; };
     const controls = {
-      status: (x) => { status.value = x; apply(); focus(); },
-      category: (x) => { category.value = x; status.value = ""; apply(); focus(); },
+      status: (x) => { only(); status.value = x; apply(); focus(); },
+      category: (x) => { only(); category.value = x; apply(); focus(); },
       rewardRange: (lo, hi, last) => {
+        only();
         rmin.value = String(Number(lo.toFixed(6))); rmax.value = String(Number(hi.toFixed(6)));
         rmaxInclusive = last; apply(); focus();
       },

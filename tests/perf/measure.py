@@ -3,12 +3,14 @@
 ``RUSAGE_CHILDREN`` reports the largest RSS of *all* children a process ever waited for, so every
 measurement runs in its own small helper interpreter whose only child is the measured program;
 the helper times the child with ``time.perf_counter`` and prints its own ``RUSAGE_CHILDREN``.
-The helper's own startup is outside the measured wall.
+The helper's own startup is outside the measured wall, and so is an ``os.sync()`` before it:
+a run does not pay for writing back the files of the run before it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -54,6 +56,7 @@ class Measured:
 def measure(cmd: list[str], *, cwd: Path, logs: Path) -> Measured:
     """Run ``cmd`` in ``cwd`` under the helper; its stdout and stderr go to files in ``logs``."""
     logs.mkdir(parents=True, exist_ok=True)
+    os.sync()
     out, err = logs / "stdout.txt", logs / "stderr.txt"
     helper = subprocess.run(
         [sys.executable, "-c", _HELPER, str(out), str(err), *cmd],

@@ -14,6 +14,7 @@ How the README's words are read:
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -69,6 +70,7 @@ def report(workload: str, checks: list[Check], basis: str, **raw: Any) -> Line:
             for c in checks
         ]
     line.update({key: _round(value) for key, value in raw.items()})
+    line["loadavg_1m"] = round(os.getloadavg()[0], 2)  # the machine is shared: how busy it was
     return line
 
 
@@ -218,7 +220,9 @@ class Bench:
             eval_rollouts_per_s=rows / wall,
             floor_wall_s=floor_wall,
             floor_process_wall_s=floor.wall_s,
+            floor_cpu_s=floor.cpu_s,
             figure_vs_floor_process=wall / floor.wall_s,
+            cpu_ratio=run.process.cpu_s / floor.cpu_s,
         )
 
     def w2_sleeping(self) -> Line:
@@ -272,6 +276,7 @@ class Bench:
             eval_rss_mib=run.process.rss_mib,
             floor_wall_s=floor_wall,
             floor_process_wall_s=floor.wall_s,
+            floor_cpu_s=floor.cpu_s,
         )
 
     def w4_memory(self) -> Line:

@@ -1,0 +1,116 @@
+"""Load what a run is made of: the user's classes, their configs, the row selection.
+
+``osmosis-run eval`` (the Runner) and ``osmosis-run validate`` both load through here, so a
+setup that validates is exactly the setup that runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from osmosis_run.errors import ConfigError
+from osmosis_run.loading import load_class, load_instance
+from osmosis_run.selection import Selection, parse_rows_spec, parse_shard
+from osmosis_run.settings import EvalSettings
+from osmosis_run.types import AgentWorkflowConfig, BaseConfig, GraderConfig
+from osmosis_run.workflow import AgentWorkflow, Grader
+
+__all__ = ["Components", "add_import_paths", "load_components", "load_config", "selection_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """The user's classes and config instances, loaded and checked."""
+
+    workflow: type[AgentWorkflow[Any]]
+    grader: type[Grader] | None
+    workflow_config: AgentWorkflowConfig | None
+    grader_config: GraderConfig | None
+
+
+def load_components(settings: EvalSettings) -> Components:
+    """Import the workflow, the grader and their configs, with a config file's overrides.
+
+    Raises:
+        LoadError: a ``module:attr`` path does not give the object asked for.
+        ConfigError: no workflow, or a ``[workflow_config]`` / ``[grader_config]`` override is
+            unknown or ill-typed.
+    """
+    s = settings
+    if not s.workflow:
+        raise ConfigError("no workflow: give --workflow module:Class")
+    add_import_paths(s)
+    return Components(
+        workflow=load_class(s.workflow, AgentWorkflow, role="--workflow"),
+        grader=load_class(s.grader, Grader, role="--grader") if s.grader else None,
+        workflow_config=load_config(
+            s.workflow_config, s.workflow_config_overrides, AgentWorkflowConfig, "workflow_config"
+        ),
+        grader_config=load_config(
+            s.grader_config, s.grader_config_overrides, GraderConfig, "grader_config"
+        ),
+    )
+
+
+def add_import_paths(settings: EvalSettings) -> None:
+    """Make the settings' ``import_paths`` importable (a config file's folder, first)."""
+    for folder in reversed(settings.import_paths):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def load_config(
+    ref: str | None, overrides: dict[str, Any], base: type[BaseConfig], key: str
+) -> Any:
+    """Load a config instance and apply a config file's ``[workflow_config]`` overrides.
+
+    Raises:
+        LoadError: ``ref`` does not name an instance of ``base``.
+        ConfigError: an override names no field of the instance, or has the wrong type.
+    """
+    option = f"--{key.replace('_', '-')}"
+    if not ref:
+        if overrides:
+            raise ConfigError(
+                f'[{key}] overrides need an instance to override: add `from = "module:attr"` '
+                f"to the table, or {option}"
+            )
+        return None
+    instance = load_instance(ref, base, role=option)
+    if not overrides:
+        return instance
+    known = set(type(instance).model_fields) | set(instance.model_extra or {})
+    for name in overrides:
+        if name not in known:
+            raise ConfigError(
+                f'[{key}] has no field "{name}" (fields of {type(instance).__name__}: '
+                f"{', '.join(sorted(known))})"
+            )
+    try:
+        return type(instance).model_validate({**instance.model_dump(), **overrides})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error["loc"])
+        raise ConfigError(f"[{key}] {where}: {error['msg']} (got {error['input']!r})") from None
+
+
+def selection_of(settings: EvalSettings) -> Selection:
+    """The row selection of the settings.
+
+    Raises:
+        ConfigError: ``--rows`` or ``--shard`` is malformed.
+    """
+    s = settings
+    return Selection(
+        offset=s.offset,
+        limit=s.limit,
+        rows=parse_rows_spec(s.rows) if s.rows else None,
+        ids=frozenset(s.ids) if s.ids is not None else None,
+        shard=parse_shard(s.shard) if s.shard else None,
+        shuffle=s.shuffle,
+        seed=s.seed,
+    )
