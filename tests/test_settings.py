@@ -12,6 +12,7 @@ import pytest
 from conftest import results
 from typer.testing import Result
 
+from osmosis_run.components import load_components
 from osmosis_run.errors import ConfigError
 from osmosis_run.examples.calculator import CalculatorConfig
 from osmosis_run.settings import (
@@ -24,7 +25,6 @@ from osmosis_run.settings import (
     resolve_settings,
     settings_to_toml,
 )
-from osmosis_run.components import load_components
 
 Cli = Callable[..., Result]
 REPO = Path(__file__).resolve().parent.parent
