@@ -217,7 +217,7 @@ def load_config_file(path: Path) -> dict[str, Any]:
     base = path.parent
     for key in _PATH_KEYS:
         if isinstance(values.get(key), str) and values[key] != "-":
-            values[key] = str(base / values[key])
+            values[key] = os.path.normpath(base / values[key])
     folders = values.get("import_paths", ["."])
     if isinstance(folders, list):
         values["import_paths"] = [
