@@ -50,6 +50,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONCURRENT = 4
+_MADE_LIMIT = 4096
 
 
 class ExecutionBackend(ABC):
@@ -159,6 +160,10 @@ class LocalBackend(ExecutionBackend):
         self._queued = 0
         self._running = 0
         self._warned_artifacts = False
+        # Artifacts directories made ahead of time (prepare_artifacts_dir, from another thread)
+        # and those the workflow got, which its grader reuses: a dict hit instead of a syscall.
+        self._ready: dict[str, Path | None] = {}
+        self._made: dict[str, Path | None] = {}
 
     def health(self) -> dict[str, Any]:
         """Return ``{"status": "ok", "concurrency": {...}}`` with live queue counts."""
@@ -198,7 +203,7 @@ class LocalBackend(ExecutionBackend):
             prompt=json_copy(request.prompt),
             config=config,
             metadata=json_copy(request.metadata),
-            artifacts_dir=self.artifacts_dir(request.id, likely_new=True),
+            artifacts_dir=self._workflow_artifacts_dir(request.id),
         )
         rollout_ctx = _rollout_context(request.id)
         try:
@@ -219,7 +224,7 @@ class LocalBackend(ExecutionBackend):
             label=request.label,
             sample=workflow.sample,
             metadata=json_copy(request.metadata),
-            artifacts_dir=self.artifacts_dir(request.id),
+            artifacts_dir=self._grader_artifacts_dir(request.id),
         )
         try:
             with _rollout_context(request.id):
@@ -228,6 +233,29 @@ class LocalBackend(ExecutionBackend):
         except (Exception, SystemExit) as exc:  # sys.exit() in user code ends one rollout
             return _failure(exc, "grader", request.id, sample=ctx.sample)
         return ExecutionResult(status=RolloutStatus.SUCCESS, sample=ctx.sample)
+
+    def prepare_artifacts_dir(self, rollout_id: str) -> None:
+        """Make a rollout's artifacts directory ahead of time; safe to call from any thread.
+
+        A harness that knows which rollouts come next calls this from a worker thread, so the
+        event loop does not wait on the file system when the rollout starts.
+        """
+        self._ready[rollout_id] = self.artifacts_dir(rollout_id, likely_new=True)
+
+    def _workflow_artifacts_dir(self, rollout_id: str) -> Path | None:
+        if rollout_id in self._ready:
+            path = self._ready.pop(rollout_id)
+        else:
+            path = self.artifacts_dir(rollout_id, likely_new=True)
+        if len(self._made) >= _MADE_LIMIT:  # rollouts that were never graded: start over
+            self._made.clear()
+        self._made[rollout_id] = path
+        return path
+
+    def _grader_artifacts_dir(self, rollout_id: str) -> Path | None:
+        if rollout_id in self._made:
+            return self._made.pop(rollout_id)
+        return self.artifacts_dir(rollout_id)
 
     def artifacts_dir(self, rollout_id: str, *, likely_new: bool = False) -> Path | None:
         """Make ``<root>/<rollout_id>/artifacts`` and return it, or None if it cannot be made."""

@@ -15,7 +15,8 @@ own script draws it: tables are paged, and a transcript becomes DOM only when it
 Everything that comes from a dataset or a model is inserted as text, never as markup, and a
 Content Security Policy lets only the page's own script run and blocks every network request.
 
-Limits, so that a 20,000-rollout run stays a file a browser opens in about a second:
+Limits, so that a 20,000-rollout run stays a file a browser opens in well under a second
+(measured: 5.7 MB with short transcripts, 12 MB when they are over the budget below):
 
 - Message content over 4,000 characters keeps its first 3,000 and last 1,000, with a marker
   saying how many were cut; tool-call arguments and reasoning over 2,000 keep 1,500 + 500.
@@ -92,14 +93,18 @@ def render_run_html(run: RunData, *, html_dir: Path | None = None) -> str:
     return _page(f"{_name(run)} · osmosis-run report", payload)
 
 
-def write_run_html(run_dir: Path, out: Path) -> Path:
+def write_run_html(
+    run_dir: Path, out: Path, *, pass_threshold: float | None = None, group_by: str | None = None
+) -> Path:
     """Write the report of the run in ``run_dir`` to ``out`` and return ``out``.
+
+    ``pass_threshold`` and ``group_by`` override the run's own, as in ``load_run``.
 
     Raises:
         RunDirError: ``run_dir`` is not a run directory.
     """
-    text = render_run_html(load_run(run_dir), html_dir=out.parent)
-    return _write(out, text)
+    run = load_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
+    return _write(out, render_run_html(run, html_dir=out.parent))
 
 
 def render_compare_html(a: RunData, b: RunData, *, html_dir: Path | None = None) -> str:
@@ -127,14 +132,19 @@ def render_compare_html(a: RunData, b: RunData, *, html_dir: Path | None = None)
     return _page(f"{_name(a)} vs {_name(b)} · osmosis-run comparison", payload)
 
 
-def write_compare_html(run_a: Path, run_b: Path, out: Path) -> Path:
+def write_compare_html(
+    run_a: Path, run_b: Path, out: Path, *, pass_threshold: float | None = None
+) -> Path:
     """Write the comparison of the runs in ``run_a`` and ``run_b`` to ``out`` and return ``out``.
+
+    ``pass_threshold`` overrides both runs' own, as in ``load_run``.
 
     Raises:
         RunDirError: either directory is not a run directory.
     """
-    text = render_compare_html(load_run(run_a), load_run(run_b), html_dir=out.parent)
-    return _write(out, text)
+    a = load_run(run_a, pass_threshold=pass_threshold)
+    b = load_run(run_b, pass_threshold=pass_threshold)
+    return _write(out, render_compare_html(a, b, html_dir=out.parent))
 
 
 # -- the page ---------------------------------------------------------------------------------
@@ -150,7 +160,7 @@ def _page(title: str, payload: dict[str, Any]) -> str:
         "version": html.escape(__version__),
         "css": assets.joinpath("report.css").read_text(encoding="utf-8"),
         "script_hash": f"sha256-{digest}",
-        "data": script_json(payload),
+        "data": _script_json(payload),
         "js": script,
     }
     template = assets.joinpath("report.html").read_text(encoding="utf-8")
@@ -158,7 +168,7 @@ def _page(title: str, payload: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(lambda match: values[match.group(1)], template)
 
 
-def script_json(value: Any) -> str:
+def _script_json(value: Any) -> str:
     """Serialize ``value`` as JSON safe inside a ``<script>`` element.
 
     ``<``, ``>`` and ``&`` become ``\\u003c`` etc. (so neither ``</script>`` nor ``<!--`` can
@@ -290,11 +300,18 @@ def _clip(text: str | None, limit: int) -> str | None:
 
 
 def _clip_json(value: Any) -> Any:
-    """``value`` itself when its JSON is short, else its JSON text cut at the field limit."""
+    """``value`` as JSON data when that is short and strict JSON, else as (cut) JSON text.
+
+    Text covers what strict JSON cannot carry: NaN and infinities (which Python's json reads
+    from a dataset) and objects that are not JSON at all.
+    """
     if value is None:
         return None
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return value if len(text) <= MAX_FIELD_CHARS else _clip(text, MAX_FIELD_CHARS)
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
+    except ValueError:
+        return _clip(json.dumps(value, ensure_ascii=False, default=str), MAX_FIELD_CHARS)
+    return json.loads(text) if len(text) <= MAX_FIELD_CHARS else _clip(text, MAX_FIELD_CHARS)
 
 
 def _files(where: str) -> dict[str, Any]:
@@ -523,12 +540,15 @@ def _histogram(values: list[float]) -> dict[str, Any] | None:
 
 
 def _latency(workflow: list[float], grader: list[float]) -> dict[str, Any] | None:
-    """Log-spaced bins (a quarter decade wide, or wider for very wide ranges) for both stages."""
+    """Log-spaced bins, a quarter decade wide (half for very wide ranges), for both stages."""
     positive = [v for v in (*workflow, *grader) if v > 0 and math.isfinite(v)]
     if not positive:
         return None
     start = math.floor(math.log10(min(positive)) * 4) / 4
     stop = math.ceil(math.log10(max(positive)) * 4) / 4
+    if stop - start < 1.5:  # at least a decade and a half, so the shape has room
+        start = math.floor((start + stop - 1.5) / 2 * 4) / 4
+        stop = start + 1.5
     step = 0.25 if stop - start <= 8 else 0.5
     bins = max(1, math.ceil(round((stop - start) / step, 6)))
     edges = [10 ** (start + step * i) for i in range(bins + 1)]

@@ -15,7 +15,9 @@ import json
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +46,7 @@ from osmosis_run.types import (
 
 __all__ = ["Reporter", "RunOutcome", "Runner"]
 
+LOOKAHEAD = 1024
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0
 TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
@@ -78,6 +81,7 @@ class _Job:
     rollout_id: str
     seed: int
     attempt_errors: list[dict[str, Any]] = field(default_factory=list)
+    dir_ready: Future[None] | None = None
 
 
 class Runner:
@@ -142,9 +146,9 @@ class Runner:
             grader_config=parts.grader_config,
             artifact_root=self.store.rollouts_dir.absolute(),
         )
-        for line in self.store.load_finished(drop_failed=s.retry_failed):
-            self._finished.add(line.rollout_id)
-            self._metrics.add(line)
+        self._finished = self.store.load_finished(
+            drop_failed=s.retry_failed, on_line=self._metrics.add
+        )
         self._resumed = len(self._finished)
         self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
         self.planned = _count_planned(s, self.selection)
@@ -202,11 +206,12 @@ class Runner:
     async def _execute(self) -> None:
         limit = self.concurrency
         window = asyncio.Semaphore(limit) if limit else None
+        dirs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osmosis-run-dirs")
         async with asyncio.TaskGroup() as outer:
             watchdog = outer.create_task(self._watch())
             try:
                 async with asyncio.TaskGroup() as group:
-                    for job in self._jobs():
+                    for job in self._prefetched(self._jobs(), dirs, limit):
                         if job.row.error is not None:
                             self._record(job, _invalid_line(job), result=None, request=None)
                             continue
@@ -215,6 +220,27 @@ class Runner:
                         group.create_task(self._run_job(job, window))
             finally:
                 watchdog.cancel()
+                dirs.shutdown(wait=True, cancel_futures=True)
+
+    def _prefetched(
+        self, jobs: Iterator[_Job], dirs: ThreadPoolExecutor, limit: int | None
+    ) -> Iterator[_Job]:
+        """Yield jobs whose artifacts directories a worker thread started making earlier.
+
+        Directory creation is most of a trivial rollout's file-system cost; made ahead, in
+        parallel with the event loop, it is off the rollout's path. The look-ahead is bounded.
+        """
+        assert self.backend is not None
+        prepare = self.backend.prepare_artifacts_dir
+        ahead: deque[_Job] = deque()
+        depth = min(max(2 * (limit or LOOKAHEAD), 32), LOOKAHEAD)
+        for job in jobs:
+            if job.row.error is None:
+                job.dir_ready = dirs.submit(prepare, job.rollout_id)
+            ahead.append(job)
+            if len(ahead) > depth:
+                yield ahead.popleft()
+        yield from ahead
 
     async def _watch(self) -> None:
         """Tell the reporter about rollouts running far longer than a deadline would allow."""
@@ -239,6 +265,8 @@ class Runner:
 
     async def _run_job(self, job: _Job, window: asyncio.Semaphore | None) -> None:
         try:
+            if job.dir_ready is not None and not job.dir_ready.done():
+                await asyncio.wrap_future(job.dir_ready)
             request = self._request(job)
             self._running[job.rollout_id] = time.perf_counter()
             attempts = self.settings.retries + 1

@@ -18,7 +18,7 @@ import os
 import queue
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +30,7 @@ from osmosis_run.records import ResultLine, Summary
 __all__ = ["RunStore", "read_results", "read_summary"]
 
 RESULTS = "results.jsonl"
+_FAILED = frozenset({"failure", "timeout", "invalid"})
 SUMMARY = "summary.json"
 FINGERPRINT = "fingerprint.json"
 RUN_CONFIG = "run.toml"
@@ -122,34 +123,47 @@ class RunStore:
         if fresh and self.is_run_dir():
             shutil.rmtree(self.dir)
 
-    def load_finished(self, *, drop_failed: bool) -> list[ResultLine]:
-        """Read the finished rollouts back, cutting a torn last line.
+    def load_finished(
+        self, *, drop_failed: bool, on_line: Callable[[ResultLine], None]
+    ) -> set[str]:
+        """Read the finished rollouts back, one at a time; return their ids.
 
-        With ``drop_failed``, failed, timed-out and invalid rollouts are removed from
-        results.jsonl so that they run again.
+        Memory holds the ids, not the results. A torn or corrupt line, a repeated id and, with
+        ``drop_failed``, failed, timed-out and invalid rollouts are left out, and results.jsonl
+        is rewritten without them so that they run again.
         """
         path = self.dir / RESULTS
+        finished: set[str] = set()
         if not path.exists():
-            return []
-        kept: dict[str, ResultLine] = {}
-        clean = True
+            return finished
+        dropped = False
         with path.open("rb") as f:
             for raw in f:
                 line = _parse_line(raw)
-                if line is None or (
-                    drop_failed and line.status in ("failure", "timeout", "invalid")
+                if (
+                    line is None
+                    or line.rollout_id in finished
+                    or (drop_failed and line.status in _FAILED)
                 ):
-                    clean = False
+                    dropped = True
                     continue
-                clean = clean and line.rollout_id not in kept
-                kept[line.rollout_id] = line
-        if not clean:
-            self._rewrite_results(kept.values())
-        return list(kept.values())
+                finished.add(line.rollout_id)
+                on_line(line)
+        if dropped:
+            self._rewrite_results(path, finished)
+        return finished
 
-    def _rewrite_results(self, lines: Any) -> None:
-        text = "".join(line.model_dump_json() + "\n" for line in lines)
-        self.write_file(RESULTS, text)
+    def _rewrite_results(self, path: Path, keep: set[str]) -> None:
+        """Copy the kept lines, byte for byte, to a new results.jsonl."""
+        temporary = path.with_name(f".{RESULTS}.tmp")
+        seen: set[str] = set()
+        with path.open("rb") as old, temporary.open("wb") as new:
+            for raw in old:
+                line = _parse_line(raw)
+                if line is not None and line.rollout_id in keep and line.rollout_id not in seen:
+                    seen.add(line.rollout_id)
+                    new.write(raw)
+        os.replace(temporary, path)
 
     def write_file(self, name: str, text: str) -> None:
         """Write a whole top-level file: to a temporary name, then renamed into place."""

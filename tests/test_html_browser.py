@@ -22,9 +22,10 @@ from osmosis_run.html_report import write_compare_html, write_run_html
 from osmosis_run.rundata import load_run
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Request
 
 pytestmark = pytest.mark.browser
+DASH = "\u2013"  # the pager writes ranges with an en dash
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -90,11 +91,8 @@ def opened(browser: Browser) -> Iterator[Any]:
         page = browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=bypass_csp)
         page.set_default_timeout(5_000)
         view = Opened(page)
-        page.on("pageerror", lambda error: view.errors.append(str(error)))
-        page.on("console", lambda m: view.errors.append(m.text) if m.type == "error" else None)
-        page.on("dialog", lambda dialog: (view.dialogs.append(dialog.message), dialog.dismiss()))
         url = path.resolve().as_uri()
-        page.on("request", lambda r: view.requests.append(r.url) if r.url != url else None)
+        watch(page, view, url)
         page.goto(url + fragment)
         page.wait_for_selector("html[data-ready]")
         pages.append(view)
@@ -106,6 +104,27 @@ def opened(browser: Browser) -> Iterator[Any]:
         assert view.dialogs == []
         assert view.requests == []
         view.page.close()
+
+
+def watch(page: Page, view: Opened, url: str) -> None:
+    """Record page errors, console errors, dialogs and requests for anything but ``url``."""
+
+    def on_console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            view.errors.append(message.text)
+
+    def on_dialog(dialog: Dialog) -> None:
+        view.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def on_request(request: Request) -> None:
+        if request.url != url:
+            view.requests.append(request.url)
+
+    page.on("pageerror", lambda error: view.errors.append(str(error)))
+    page.on("console", on_console)
+    page.on("dialog", on_dialog)
+    page.on("request", on_request)
 
 
 def rows(view: Opened) -> list[str]:
@@ -184,7 +203,7 @@ def test_the_table_pages_and_counts(opened: Any, report: Path) -> None:
     view = opened(report)
 
     assert view.count("table.rollouts tbody tr") == 14
-    assert view.text(".pager .info") == "1–14 of 14"
+    assert view.text(".pager .info") == f"1{DASH}14 of 14"
     view.page.select_option(".pager select", "25")
     assert view.count("table.rollouts tbody tr") == 14
 
@@ -195,7 +214,7 @@ def test_filter_by_status_category_outcome_and_reward(opened: Any, report: Path)
 
     page.select_option("select[name=status]", "failure")
     assert view.count("table.rollouts tbody tr") == 2
-    assert view.text(".pager .info") == "1–2 of 2 (filtered from 14)"
+    assert view.text(".pager .info") == f"1{DASH}2 of 2 (filtered from 14)"
     page.select_option("select[name=status]", "")
     page.select_option("select[name=category]", "invalid_row")
     assert rows(view) == ["bad.s0", "bad.s1"]
@@ -362,7 +381,7 @@ def test_a_big_run_opens(opened: Any, runs: Runs, tmp_path: Path) -> None:
                 f.write(flip.replace('"flip.s1"', f'"extra-{i}.s1"'))
     view = opened(write_run_html(big, tmp_path / "big.html"))
 
-    assert view.text(".pager .info") == "1–50 of 3,014"
+    assert view.text(".pager .info") == f"1{DASH}50 of 3,014"
     assert view.count("table.rollouts tbody tr") == 50
     view.page.click("button[aria-label='next page']")
-    assert view.text(".pager .info") == "51–100 of 3,014"
+    assert view.text(".pager .info") == f"51{DASH}100 of 3,014"

@@ -26,7 +26,6 @@ from osmosis_run.cli import app
 from osmosis_run.html_report import (
     render_compare_html,
     render_run_html,
-    script_json,
     write_compare_html,
     write_run_html,
 )
@@ -213,14 +212,14 @@ def test_dataset_text_cannot_end_the_data_block(runs: Runs) -> None:
 def test_script_json_escapes_markup_and_round_trips() -> None:
     value = {"a": "</script><!-- & > \u2028", "b": [1.5, None, True]}
 
-    text = script_json(value)
+    text = html_report._script_json(value)
 
     assert not set(text) & set("<>&")
     assert json.loads(text) == value
 
 
 def test_script_json_replaces_lone_surrogates() -> None:
-    text = script_json({"a": "x\ud800y"})
+    text = html_report._script_json({"a": "x\ud800y"})
 
     assert json.loads(text) == {"a": "x\ufffdy"}
     text.encode("utf-8")
@@ -363,6 +362,17 @@ def test_charts_count_what_the_summary_counts(runs: Runs) -> None:
 def summary_chars(run_dir: Path) -> float:
     values = [float(line.metrics["chars"]) for line in load_run(run_dir).lines if line.metrics]
     return sum(values) / len(values)
+
+
+def test_metadata_that_is_not_strict_json_is_shown_as_text(tmp_path: Path) -> None:
+    run = synthetic_run(tmp_path, 2)
+    run.lines[0].metadata = {"score": float("nan")}
+    run.lines[1].metadata = {"when": Path("/x")}
+
+    rows = page_data(render_run_html(run))["rows"]
+
+    assert rows[0]["md"] == '{"score": NaN}'
+    assert rows[1]["md"] == {"when": "/x"}
 
 
 def test_an_empty_run_renders(tmp_path: Path) -> None:
@@ -516,6 +526,17 @@ def test_compare_over_budget_keeps_flipped_rows_first(
     assert {"flip.s0", "flip.s1"} <= with_transcripts
     assert {kinds[i] for i in with_transcripts} == {"pf", "fp", "ff"}
     assert len(with_transcripts) < len(kinds)
+
+
+def test_the_pass_threshold_can_be_overridden(runs: Runs, tmp_path: Path) -> None:
+    run_page = write_run_html(runs.a, tmp_path / "r.html", pass_threshold=0.2)
+    compare_page = write_compare_html(runs.a, runs.b, tmp_path / "c.html", pass_threshold=0.2)
+
+    rows = rows_by_id(page_data(run_page.read_text(encoding="utf-8")))
+    paired = page_data(compare_page.read_text(encoding="utf-8"))["paired"]
+
+    assert rows["flip.s1"]["p"] is True
+    assert paired["kinds"] == {"pp": 10, "ff": 4}
 
 
 def test_write_compare_html_links_both_runs(runs: Runs) -> None:

@@ -40,6 +40,9 @@
 
   const el = (tag, attrs, ...kids) => build(document.createElement(tag), attrs, kids);
   const sv = (tag, attrs, ...kids) => build(document.createElementNS(SVG_NS, tag), attrs, kids);
+  // Charts are drawn for the width they get (a viewBox scales them), so text stays legible on phones.
+  const WIDE = Math.round(Math.max(300, Math.min(560, window.innerWidth - 72)));
+  const NARROW = Math.min(400, WIDE);
   const clear = (node) => { while (node.firstChild) node.removeChild(node.firstChild); return node; };
 
   // -- formatting ----------------------------------------------------------------------------
@@ -98,11 +101,12 @@
     return el("span", { class: "reward " + cls, text: fix(row.rw, 3) });
   }
 
-  function deltaChip(delta, digits, { percent = false, lowerIsBetter = false } = {}) {
+  function deltaChip(delta, digits, { percent = false, lowerIsBetter = false, format = null } = {}) {
     if (!isNum(delta)) return el("span", { class: "delta", text: "—" });
     const good = lowerIsBetter ? delta < 0 : delta > 0;
     const cls = Math.abs(delta) < 1e-12 ? "" : good ? "up" : "down";
-    const text = percent ? signed(delta * 100, 1) + " pp" : signed(delta, digits);
+    const text = format ? (delta < 0 ? "−" : "+") + format(Math.abs(delta))
+      : percent ? signed(delta * 100, 1) + " pp" : signed(delta, digits);
     return el("span", { class: "delta " + cls, text });
   }
 
@@ -123,7 +127,7 @@
 
   /* A vertical histogram: one rect.bar per bin (empty bins too), so bins can be counted. */
   function histogram(spec) {
-    const W = 560, H = 230, L = 44, R = 10, T = 16, B = 38;
+    const W = WIDE, H = 230, L = 44, R = 10, T = 16, B = 38;
     const counts = spec.counts, n = counts.length;
     const top = niceMax(Math.max(...counts, 1));
     const bw = (W - L - R) / n;
@@ -164,7 +168,7 @@
 
   /* Horizontal bars: a labelled row per item, clickable to filter. */
   function hbars(items, { label, onPick, fill }) {
-    const W = 400, rowH = 30, L = 112, R = 104, T = 4;
+    const W = NARROW, rowH = 30, L = 112, R = 104, T = 4;
     const H = T * 2 + rowH * items.length;
     const max = Math.max(...items.map((it) => it[1]), 1);
     const total = items.reduce((a, it) => a + it[1], 0) || 1;
@@ -188,7 +192,7 @@
 
   /* Workflow and grader latency on one log-scale axis: two stacked histograms. */
   function latencyChart(spec, summary) {
-    const W = 560, L = 76, R = 12, T = 6, PH = 92, GAP = 18, B = 34, LABELS = 24;
+    const W = WIDE, L = 76, R = 12, T = 6, PH = 92, GAP = 18, B = 34, LABELS = 24;
     const series = [["workflow", spec.workflow, summary.workflow_ms], ["grader", spec.grader, summary.grader_ms]]
       .filter((s) => s[1].some((c) => c > 0));
     const H = T + series.length * PH + (series.length - 1) * GAP + B;
@@ -219,10 +223,14 @@
       }
     });
     const axisY = H - B + 16;
-    for (let e = Math.ceil(lo - 1e-9); e <= Math.floor(hi + 1e-9); e++) {
-      const v = Math.pow(10, e);
-      const text = e >= 3 ? `${Math.pow(10, e - 3)} s` : e >= 0 ? `${v} ms` : `${v.toFixed(-e)} ms`;
-      svg.appendChild(sv("text", { x: xOf(v), y: axisY, "text-anchor": "middle", text }));
+    const steps = hi - lo < 2 ? [1, 2, 5] : [1]; // short ranges get 2x and 5x ticks too
+    for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
+      for (const m of steps) {
+        const v = m * Math.pow(10, e), at = Math.log10(v);
+        if (at < lo - 1e-9 || at > hi + 1e-9) continue;
+        const text = v >= 1000 ? `${Number((v / 1000).toPrecision(3))} s` : `${Number(v.toPrecision(3))} ms`;
+        svg.appendChild(sv("text", { x: xOf(v), y: axisY, "text-anchor": "middle", text }));
+      }
     }
     svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 2, "text-anchor": "middle", text: "milliseconds (log scale)" }));
     return svg;
@@ -230,7 +238,7 @@
 
   /* pass@k and pass^k against k (1, 2, 4, ...), one circle.pt per point. */
   function passAtK(summary) {
-    const W = 400, H = 210, L = 40, R = 18, T = 16, B = 36;
+    const W = NARROW, H = 210, L = 40, R = 18, T = 16, B = 36;
     const ks = summary.pass_at_k.map((p) => p.k);
     const xs = (i) => L + (ks.length === 1 ? (W - L - R) / 2 : (i * (W - L - R)) / (ks.length - 1));
     const y = (v) => T + (H - T - B) * (1 - v);
@@ -260,7 +268,7 @@
     const matrix = allMatrix.filter((_, i) => keep[i]).map((r) => r.filter((_, j) => keep[j]));
     const n = outcomes.length, C = 62, L = 92, T = 40, W = L + n * C + 8, H = T + n * C + 8;
     const max = Math.max(...matrix.flat(), 1);
-    const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "outcome transitions", style: "max-width:420px" });
+    const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "outcome transitions", style: `max-width:${Math.round(W * 1.3)}px;margin:0 auto` });
     svg.appendChild(sv("text", { class: "series-label", x: L + (n * C) / 2, y: 12, "text-anchor": "middle", text: "B (after)" }));
     outcomes.forEach((name, j) => svg.appendChild(sv("text", { x: L + j * C + C / 2, y: T - 8, "text-anchor": "middle", text: name })));
     outcomes.forEach((name, i) => {
@@ -452,6 +460,14 @@
     },
   };
 
+  function followHash(table, render, wide) {
+    openFromHash(table, render, wide);
+    window.addEventListener("hashchange", () => {
+      if (/^#rollout=/.test(location.hash)) openFromHash(table, render, wide);
+      else if (drawer.isOpen()) drawer.close();
+    });
+  }
+
   function openFromHash(table, render, wide) {
     const match = /^#rollout=(.*)$/.exec(location.hash);
     if (!match) return;
@@ -595,7 +611,7 @@
           el("span", null, "samples ", el("b", { text: String(summary.samples_per_row) })),
           el("span", null, "pass at reward ≥ ", el("b", { text: short(summary.pass_threshold) })))),
       el("div", { class: "badges" }, el("span", { class: "badge " + state[0], text: state[1] }),
-        summary.errors ? el("span", { class: "badge bad", text: `${int(summary.errors)} errors` }) : null));
+        summary.errors ? el("span", { class: "badge bad", text: `${int(summary.errors)} error${summary.errors === 1 ? "" : "s"}` }) : null));
   }
 
   function runKpis(s) {
@@ -609,7 +625,7 @@
       kpi("Pass rate", pct(s.pass_rate), `${int(s.passed)} passed at reward ≥ ${short(s.pass_threshold)}`),
       best ? kpi(`pass@${best.k}`, fix(best.value), `pass^${best.k} ${fix(s.pass_hat_k[s.pass_hat_k.length - 1].value)}`) : null,
       kpi("Errors", int(s.errors), `${pct(s.error_rate)} of rollouts`, s.errors ? "bad" : ""),
-      kpi("Workflow p50", ms(s.workflow_ms.p50), `p99 ${ms(s.workflow_ms.p99)} · grader p50 ${ms(s.grader_ms.p50)}`),
+      kpi("Latency p50", ms(s.workflow_ms.p50), `workflow · p99 ${ms(s.workflow_ms.p99)}; grader ${ms(s.grader_ms.p50)}`),
       kpi("Wall time", seconds(s.wall_s), isNum(s.throughput_per_s) ? `${s.throughput_per_s.toFixed(1)} rollouts/s` : ""));
   }
 
@@ -627,16 +643,19 @@
         }) : emptyChart("No graded rollouts.")),
       card("Latency", c.latency ? "time per rollout, workflow and grader; dashed lines mark p50, p90, p99" : "",
         c.latency ? latencyChart(c.latency, s) : emptyChart("No timings.")));
-    const small = el("div", { class: "charts three" },
-      card("Status", "click a status to filter the table",
-        c.status.length ? hbars(c.status, { label: "counts by status", fill: (n) => "fill-" + n, onPick: (n) => controls.status(n) }) : emptyChart("No rollouts.")),
-      card("Error categories", c.categories.length ? "failed, timed-out and invalid rollouts; click to filter" : "",
-        c.categories.length ? hbars(c.categories, { label: "counts by error category", fill: () => "fill-category", onPick: (n) => controls.category(n) }) : emptyChart("No errors.")),
+    const outcomes = el("section", { class: "card chart" },
+      el("h2", { text: "Status" }), el("p", { class: "sub", text: "click a status to filter the table" }),
+      c.status.length ? hbars(c.status, { label: "counts by status", fill: (n) => "fill-" + n, onPick: (n) => controls.status(n) }) : emptyChart("No rollouts."),
+      el("h2", { class: "second", text: "Error categories" }),
+      el("p", { class: "sub", text: c.categories.length ? "failed, timed-out and invalid rollouts; click to filter" : "no failed, timed-out or invalid rollouts" }),
+      c.categories.length ? hbars(c.categories, { label: "counts by error category", fill: () => "fill-category", onPick: (n) => controls.category(n) }) : null);
+    const small = el("div", { class: "charts three" }, outcomes,
       s.samples_per_row >= 2 && s.pass_at_k.length
         ? card("pass@k", `unbiased estimates from ${int(s.samples_per_row)} samples per row`, passAtK(s),
           el("div", { class: "legend" }, el("span", null, el("i", { style: "background:#4f46e5" }), "pass@k: any of k passes"),
             el("span", null, el("i", { style: "background:#f59e0b" }), "pass^k: all k pass")))
-        : null);
+        : null,
+      extraTables(data));
     return [wide, small];
   }
 
@@ -653,7 +672,7 @@
         el("thead", null, el("tr", null, el("th", { text: "metric" }), el("th", { class: "r", text: "mean" }), el("th", { class: "r", text: "rollouts" }))),
         el("tbody", null, data.metrics.map(([name, mean, n]) => el("tr", null, el("td", { class: "mono", text: name }), el("td", { class: "r", text: short(mean) }), el("td", { class: "r", text: int(n) })))))));
     }
-    return parts.length ? el("div", { class: "tables" }, parts) : null;
+    return parts;
   }
 
   function rolloutColumns() {
@@ -676,7 +695,7 @@
 
   function runPage(app) {
     const run = DATA.run, s = DATA.summary, rows = DATA.rows;
-    const render = (row, body, extra) => { extra.append(pill(row.st), rewardText(row)); detail(row, run, body); };
+    const render = (row, body, extra) => { extra.append(pill(row.st), isNum(row.rw) ? rewardText(row) : ""); detail(row, run, body); };
     const table = new Table({ columns: rolloutColumns(), rows, name: "rollouts", onOpen: (t, pos) => drawer.open(t, pos, render, false) });
     const status = el("select", { "aria-label": "status", name: "status" }, option("", "All statuses"), STATUSES.filter((x) => s.counts[x]).map((x) => option(x, x, s.counts[x])));
     const cats = Object.entries(s.error_categories);
@@ -727,11 +746,10 @@
       runHeader(run, s, "osmosis-run · run report"),
       runKpis(s),
       runCharts(DATA, controls),
-      extraTables(DATA),
       tableSection,
       footer()));
     table.refresh(false);
-    openFromHash(table, render, false);
+    followHash(table, render, false);
   }
 
   function footer() {
@@ -767,7 +785,7 @@
       compareKpi("Graded mean", a.reward_graded.mean, b.reward_graded.mean, diff(a.reward_graded.mean, b.reward_graded.mean), {}, fix),
       compareKpi("Pass rate", a.pass_rate, b.pass_rate, diff(a.pass_rate, b.pass_rate), { percent: true }, pct),
       compareKpi("Error rate", a.error_rate, b.error_rate, diff(a.error_rate, b.error_rate), { percent: true, lowerIsBetter: true }, pct),
-      compareKpi("Workflow p50", a.workflow_ms.p50, b.workflow_ms.p50, diff(a.workflow_ms.p50, b.workflow_ms.p50), { lowerIsBetter: true }, ms),
+      compareKpi("Workflow p50", a.workflow_ms.p50, b.workflow_ms.p50, diff(a.workflow_ms.p50, b.workflow_ms.p50), { lowerIsBetter: true, format: ms }, ms),
       el("div", { class: "card kpi" }, el("div", { class: "label", text: "Rollouts" }),
         el("div", { class: "pair" }, el("span", { class: "from", text: int(a.rollouts) }), el("span", { class: "arrow", text: "→" }), el("span", { class: "to", text: int(b.rollouts) })),
         el("div", { class: "detail", text: `${int(P.both)} paired · ${int(P.kinds.oa || 0)} only in A · ${int(P.kinds.ob || 0)} only in B` })));
@@ -865,7 +883,7 @@
         table.element(el("div", { class: "toolbar" }, search, kind))),
       footer()));
     table.refresh(false);
-    openFromHash(table, render, true);
+    followHash(table, render, true);
   }
 
   // -- start ---------------------------------------------------------------------------------
