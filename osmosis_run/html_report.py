@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import quote
 
 from osmosis_run import __version__
+from osmosis_run.errors import ConfigError
 from osmosis_run.records import ERROR_STATUSES, STATUSES, ResultLine
 from osmosis_run.rundata import RunData, load_run
 from osmosis_run.store import ROLLOUTS
@@ -180,10 +181,15 @@ def _script_json(value: Any) -> str:
 
 
 def _write(out: Path, text: str) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(f".{out.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, out)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {out}: {exc.strerror or exc}; choose another path"
+        ) from None
     return out
 
 

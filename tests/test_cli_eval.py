@@ -590,7 +590,7 @@ def test_eval_writes_junit_html_and_the_github_step_summary(
     assert page.startswith("<!DOCTYPE html>") or page.lower().startswith("<!doctype html>")
     assert "q3.s0" in page
     assert "### osmosis-run eval: run" in step.read_text()
-    assert "osmosis-run: JUnit report -> j.xml" in result.stderr.splitlines()
+    assert "osmosis-run: wrote JUnit report j.xml" in result.stderr.splitlines()
 
 
 def test_baseline_regression_fails_the_run(cli: Cli, tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def run_compare(
         from osmosis_run.html_report import write_compare_html
 
         try:
-            write_compare_html(run_a, run_b, html)
+            write_compare_html(run_a, run_b, html, pass_threshold=pass_threshold)
         except OsmosisRunError as exc:
             render.print_error(exc)
             return exit_codes.USAGE

@@ -316,12 +316,12 @@ def _write_reports(settings: EvalSettings, outcome: RunOutcome, verdicts: list[V
 
         lines = load_run(outcome.run_dir).lines
         write_junit(lines, outcome.summary, Path(settings.junit), suite_name=outcome.run_dir.name)
-        render.err.print(f"osmosis-run: JUnit report -> {settings.junit}", markup=False)
+        render.err.print(f"osmosis-run: wrote JUnit report {settings.junit}", markup=False)
     if settings.html is not None:
         from osmosis_run.html_report import write_run_html
 
         write_run_html(outcome.run_dir, Path(settings.html))
-        render.err.print(f"osmosis-run: HTML report -> {settings.html}", markup=False)
+        render.err.print(f"osmosis-run: wrote HTML report {settings.html}", markup=False)
     title = f"osmosis-run eval: {outcome.run_dir.name}"
     append_step_summary(
         markdown_summary(outcome.summary, verdicts, run_dir=outcome.run_dir, title=title)

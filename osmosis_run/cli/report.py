@@ -134,7 +134,12 @@ def _write_files(run: RunData, *, junit: Path | None, html: Path | None) -> None
     if html is not None:
         from osmosis_run.html_report import write_run_html
 
-        write_run_html(run.run_dir, html)
+        write_run_html(
+            run.run_dir,
+            html,
+            pass_threshold=run.summary.pass_threshold,
+            group_by=run.summary.group_by,
+        )
         err.print(f"osmosis-run: wrote HTML report {html}", markup=False)
 
 
