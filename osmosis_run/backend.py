@@ -332,11 +332,15 @@ async def _sample_from(
     if output.messages is None:
         return None
     # The output was validated just now: build the sample without validating it a second time.
+    # Every field given: model_construct then skips its default factories, which cost more.
     return RolloutSample.model_construct(
         messages=output.messages,
         trajectory_messages=json_copy(output.messages),
         label=request.label,
+        reward=None,
+        remove_sample=False,
         metrics=dict(output.metrics),
+        extra_fields={},
     )
 
 

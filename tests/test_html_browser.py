@@ -46,7 +46,9 @@ ONERROR = ["xss.s0", "xss.s1", f"{PAYLOAD_ID}.s0", f"{PAYLOAD_ID}.s1", "boom.s0"
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+def browser(runs: Runs) -> Iterator[Browser]:
+    # Depends on `runs` so that the runs are made first: the Playwright sync API keeps an event
+    # loop running in this thread, and the eval command's asyncio.run cannot start inside one.
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
     if importlib.util.find_spec("playwright") is None:
