@@ -14,7 +14,7 @@ import logging
 import os
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -234,13 +234,14 @@ class LocalBackend(ExecutionBackend):
             return _failure(exc, "grader", request.id, sample=ctx.sample)
         return ExecutionResult(status=RolloutStatus.SUCCESS, sample=ctx.sample)
 
-    def prepare_artifacts_dir(self, rollout_id: str) -> None:
-        """Make a rollout's artifacts directory ahead of time; safe to call from any thread.
+    def prepare_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
+        """Make rollouts' artifacts directories ahead of time; safe to call from any thread.
 
         A harness that knows which rollouts come next calls this from a worker thread, so the
-        event loop does not wait on the file system when the rollout starts.
+        event loop does not wait on the file system when the rollouts start.
         """
-        self._ready[rollout_id] = self.artifacts_dir(rollout_id, likely_new=True)
+        for rollout_id in rollout_ids:
+            self._ready[rollout_id] = self.artifacts_dir(rollout_id, likely_new=True)
 
     def _workflow_artifacts_dir(self, rollout_id: str) -> Path | None:
         if rollout_id in self._ready:

@@ -11,7 +11,6 @@ kept, and the run resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from osmosis_run import __version__
-from osmosis_run.atif import dumps_trajectory, trajectory_from_messages
+from osmosis_run.atif import trajectory_from_messages
 from osmosis_run.backend import LocalBackend
 from osmosis_run.components import load_components, selection_of
 from osmosis_run.context import RolloutContext
@@ -33,7 +32,7 @@ from osmosis_run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.metrics import MetricsAccumulator
 from osmosis_run.records import ResultLine, RolloutState, Summary
 from osmosis_run.selection import Selection, select, stable_hash
-from osmosis_run.serialize import dumps
+from osmosis_run.serialize import encode
 from osmosis_run.settings import EvalSettings, settings_to_toml
 from osmosis_run.store import RUN_CONFIG, RunStore
 from osmosis_run.types import (
@@ -46,7 +45,12 @@ from osmosis_run.types import (
 
 __all__ = ["Reporter", "RunOutcome", "Runner"]
 
-LOOKAHEAD = 1024
+LOOKAHEAD = 256
+DIR_BATCH = 32
+TICK_S = 0.02
+# File-system work (making artifacts directories ahead, writing finished rollouts) runs on two
+# worker threads, so that on a slow disk it overlaps the event loop's Python work.
+IO_THREADS = True
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0
 TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
@@ -58,8 +62,8 @@ class Reporter(Protocol):
     def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
         """The run is about to start: ``done`` rollouts were finished before."""
 
-    def rollout_finished(self, line: ResultLine, text: str) -> None:
-        """One rollout finished; ``text`` is its results.jsonl line."""
+    def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
+        """One rollout finished; ``raw`` is its results.jsonl line (no newline)."""
 
     def stalled(self, rollout_id: str, seconds: float) -> None:
         """A rollout has been running for ``seconds`` (reported once per rollout)."""
@@ -93,10 +97,12 @@ class Runner:
         *,
         reporter: Reporter | None = None,
         stall_after_s: float = STALL_AFTER_S,
+        io_threads: bool = IO_THREADS,
     ) -> None:
         self.settings = settings
         self.reporter = reporter
         self.stall_after_s = stall_after_s
+        self.io_threads = io_threads
         self.selection = selection_of(settings)
         self.store: RunStore | None = None
         self.backend: LocalBackend | None = None
@@ -137,7 +143,7 @@ class Runner:
         fingerprint = build_fingerprint(s, self.selection, parts.workflow, parts.grader)
         run_dir = Path(s.out) if s.out else default_run_dir(s, fingerprint)
         secrets = (s.api_key,) if s.api_key else ()
-        self.store = RunStore(run_dir, secrets=secrets)
+        self.store = RunStore(run_dir, secrets=secrets, background=self.io_threads)
         self.store.open(fingerprint, fresh=s.fresh)
         self.backend = LocalBackend(
             workflow=parts.workflow,
@@ -208,10 +214,10 @@ class Runner:
         window = asyncio.Semaphore(limit) if limit else None
         dirs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osmosis-run-dirs")
         async with asyncio.TaskGroup() as outer:
-            watchdog = outer.create_task(self._watch())
+            ticker = outer.create_task(self._tick())
             try:
                 async with asyncio.TaskGroup() as group:
-                    for job in self._prefetched(self._jobs(), dirs, limit):
+                    for job in self._prefetched(self._jobs(), dirs):
                         if job.row.error is not None:
                             self._record(job, _invalid_line(job), result=None, request=None)
                             continue
@@ -219,39 +225,51 @@ class Runner:
                             await window.acquire()
                         group.create_task(self._run_job(job, window))
             finally:
-                watchdog.cancel()
+                ticker.cancel()
                 dirs.shutdown(wait=True, cancel_futures=True)
 
-    def _prefetched(
-        self, jobs: Iterator[_Job], dirs: ThreadPoolExecutor, limit: int | None
-    ) -> Iterator[_Job]:
-        """Yield jobs whose artifacts directories a worker thread started making earlier.
+    def _prefetched(self, jobs: Iterator[_Job], dirs: ThreadPoolExecutor) -> Iterator[_Job]:
+        """Yield jobs whose artifacts directories a worker thread made ahead of time.
 
         Directory creation is most of a trivial rollout's file-system cost; made ahead, in
-        parallel with the event loop, it is off the rollout's path. The look-ahead is bounded.
+        batches, in parallel with the event loop, it is off the rollout's path. The look-ahead
+        is bounded (``LOOKAHEAD`` jobs). Rows from stdin are not read ahead: a live producer's
+        rows start as soon as they arrive.
         """
+        if not self.io_threads or self.settings.dataset == "-":
+            yield from jobs
+            return
         assert self.backend is not None
-        prepare = self.backend.prepare_artifacts_dir
+        prepare = self.backend.prepare_artifacts_dirs
         ahead: deque[_Job] = deque()
-        depth = min(max(2 * (limit or LOOKAHEAD), 32), LOOKAHEAD)
+        batch: list[_Job] = []
         for job in jobs:
-            if job.row.error is None:
-                job.dir_ready = dirs.submit(prepare, job.rollout_id)
             ahead.append(job)
-            if len(ahead) > depth:
+            if job.row.error is None:
+                batch.append(job)
+            if len(batch) == DIR_BATCH:
+                _submit(dirs, prepare, batch)
+                batch = []
+            if len(ahead) > LOOKAHEAD:
                 yield ahead.popleft()
+        _submit(dirs, prepare, batch)
         yield from ahead
 
-    async def _watch(self) -> None:
-        """Tell the reporter about rollouts running far longer than a deadline would allow."""
-        if self.reporter is None or self.settings.agent_timeout is not None:
-            return
+    async def _tick(self) -> None:
+        """Every few milliseconds: hand finished rollouts to the writer; watch for stalls."""
+        assert self.store is not None
         warned: set[str] = set()
+        watch = self.reporter is not None and self.settings.agent_timeout is None
+        next_check = time.perf_counter() + min(STALL_CHECK_S, self.stall_after_s / 2)
         while True:
-            await asyncio.sleep(min(STALL_CHECK_S, self.stall_after_s / 2))
+            await asyncio.sleep(TICK_S)
+            self.store.hand_off()
             now = time.perf_counter()
+            if not watch or now < next_check:
+                continue
+            next_check = now + min(STALL_CHECK_S, self.stall_after_s / 2)
             for rid, started in list(self._running.items()):
-                if now - started >= self.stall_after_s and rid not in warned:
+                if now - started >= self.stall_after_s and rid not in warned and self.reporter:
                     warned.add(rid)
                     self.reporter.stalled(rid, now - started)
 
@@ -372,20 +390,20 @@ class Runner:
         timings: dict[str, float | None] | None = None,
     ) -> None:
         assert self.store is not None
-        text = dumps(line.__dict__)
+        raw = encode(line.__dict__)
         if self.store.has_secrets:
             # A workflow may put the key in an error message: keep it out of memory too.
-            redacted = self.store.redact(text)
-            if redacted != text:
-                text, line = redacted, ResultLine.model_construct(**json.loads(redacted))
+            redacted = self.store.redact_bytes(raw)
+            if redacted != raw:
+                raw, line = redacted, ResultLine.model_validate_json(redacted)
         doc = _result_document(job, line, result, request, timings)
         trajectory = self._trajectory(line, result)
-        self.store.write_rollout(job.rollout_id, line=text, result=doc, trajectory=trajectory)
+        self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
         self._metrics.add(line)
         if self.reporter is not None:
-            self.reporter.rollout_finished(line, text)
+            self.reporter.rollout_finished(line, raw)
 
-    def _trajectory(self, line: ResultLine, outcome: ExecutionOutcome | None) -> str | None:
+    def _trajectory(self, line: ResultLine, outcome: ExecutionOutcome | None) -> bytes | None:
         sample = outcome.result_to_save.sample if outcome is not None else None
         if sample is None or not sample.trajectory_messages:
             return None
@@ -399,7 +417,7 @@ class Runner:
             sample_extra_fields=sample.extra_fields,
             request_metadata=line.metadata,
         )
-        return dumps_trajectory(doc) if doc is not None else None
+        return encode(doc) if doc is not None else None
 
 
 async def _deadline(
@@ -427,6 +445,14 @@ def _timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> 
         err_category=RolloutErrorCategory.TIMEOUT,
         extra_fields={"stage": stage},
     )
+
+
+def _submit(dirs: ThreadPoolExecutor, prepare: Any, batch: list[_Job]) -> None:
+    """Make a batch of artifacts directories on the worker thread."""
+    if batch:
+        ready = dirs.submit(prepare, [job.rollout_id for job in batch])
+        for job in batch:
+            job.dir_ready = ready
 
 
 def rollout_seed(seed: int, row_key: str, sample_index: int) -> int:
@@ -490,7 +516,7 @@ def _result_document(
     outcome: ExecutionOutcome | None,
     request: ExecutionRequest | None,
     timings: dict[str, float | None] | None,
-) -> str:
+) -> bytes:
     """result.json: the whole story of one rollout, for a person debugging it."""
     doc: dict[str, Any] = {
         "rollout_id": job.rollout_id,
@@ -518,7 +544,7 @@ def _result_document(
         doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
     if job.attempt_errors:
         doc["previous_attempts"] = job.attempt_errors
-    return dumps(doc)
+    return encode(doc)
 
 
 def _brief(result: ExecutionResult) -> dict[str, Any]:

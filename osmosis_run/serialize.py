@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
-__all__ = ["dumps", "finite"]
+import pydantic_core
+
+__all__ = ["encode"]
 
 
-def dumps(value: Any, *, indent: int | None = None) -> str:
-    """Encode as strict JSON: non-finite floats become null, unknown objects their ``str()``."""
-    try:
-        return json.dumps(value, allow_nan=False, default=str, indent=indent, ensure_ascii=False)
-    except ValueError:
-        return json.dumps(finite(value), default=str, indent=indent, ensure_ascii=False)
+def encode(value: Any) -> bytes:
+    """Encode as compact UTF-8 JSON: NaN and infinities become null, unknown objects ``str()``.
 
-
-def finite(value: Any) -> Any:
-    """A copy of nested dicts and lists with NaN and infinities replaced by None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(item) for item in value]
-    return value
+    pydantic-core's encoder (already a dependency) is several times faster than ``json.dumps``,
+    and this runs a few times per rollout.
+    """
+    return pydantic_core.to_json(value, inf_nan_mode="null", fallback=str)

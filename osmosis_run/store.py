@@ -20,7 +20,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -75,10 +75,14 @@ class RunStore:
         secrets: strings that must never be written (an API key); replaced by ``[REDACTED]``.
     """
 
-    def __init__(self, run_dir: Path, *, secrets: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, run_dir: Path, *, secrets: tuple[str, ...] = (), background: bool = False
+    ) -> None:
         self.dir = run_dir
         self.rollouts_dir = run_dir / ROLLOUTS
         self._secrets = tuple(s for s in secrets if s)
+        self._secret_bytes = tuple(s.encode() for s in self._secrets)
+        self._background = background
         self._writer: _Writer | None = None
 
     @property
@@ -179,6 +183,13 @@ class RunStore:
                 text = text.replace(secret, REDACTED)
         return text
 
+    def redact_bytes(self, data: bytes) -> bytes:
+        """Replace every secret in UTF-8 ``data``."""
+        for secret in self._secret_bytes:
+            if secret in data:
+                data = data.replace(secret, REDACTED.encode())
+        return data
+
     def rollout_dir(self, rollout_id: str) -> Path:
         """``rollouts/<rollout_id>``, created if needed."""
         path = self.rollouts_dir / rollout_id
@@ -186,21 +197,31 @@ class RunStore:
         return path
 
     def write_rollout(
-        self, rollout_id: str, *, line: str, result: str, trajectory: str | None
+        self, rollout_id: str, *, line: bytes, result: bytes, trajectory: bytes | None
     ) -> None:
-        """Queue one finished rollout for the writer thread.
+        """Write one finished rollout: its files, then its results line (the commit point).
 
-        The writer writes its files, then appends its results line (the commit point), so the
-        event loop goes on running rollouts while the kernel creates files. At most
-        ``WRITE_QUEUE`` finished rollouts wait there; a hard kill loses those with the ones
-        running, and they run again on resume.
+        With ``background=True`` a writer thread does it while the event loop runs other
+        rollouts; at most ``BATCH * (WRITE_QUEUE + 1)`` finished rollouts wait for it (call
+        ``hand_off`` every few milliseconds), and a hard kill loses those with the ones running
+        (they run again on resume).
         """
-        if self._writer is None:
-            self._writer = _Writer(self.dir / RESULTS, self.rollouts_dir)
-            self._writer.start()
-        self._writer.put(
-            (rollout_id, self.redact(line), self.redact(result), self.redact(trajectory or ""))
+        item = (
+            rollout_id,
+            self.redact_bytes(line),
+            self.redact_bytes(result),
+            self.redact_bytes(trajectory) if trajectory is not None else None,
         )
+        if self._writer is None:
+            self._writer = _Writer(
+                self.dir / RESULTS, self.rollouts_dir, background=self._background
+            )
+        self._writer.put(item)
+
+    def hand_off(self) -> None:
+        """Send finished rollouts gathered for the writer thread on their way (call it often)."""
+        if self._writer is not None:
+            self._writer.hand_off()
 
     def write_summary(self, summary: Summary) -> None:
         """Write summary.json."""
@@ -210,66 +231,104 @@ class RunStore:
         """Write everything queued and make results.jsonl durable.
 
         Raises:
-            OSError: the writer thread could not write (a full disk, say).
+            OSError: the results could not be written (a full disk, say).
         """
         if self._writer is not None:
             writer, self._writer = self._writer, None
             writer.finish()
 
 
-WRITE_QUEUE = 256
-_Item = tuple[str, str, str, str]
+BATCH = 32
+WRITE_QUEUE = 4
+_Item = tuple[str, bytes, bytes, bytes | None]
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
 
-class _Writer(threading.Thread):
-    """The one writer of rollout files and results.jsonl (STYLE: one writer per file)."""
+class _Writer:
+    """The one writer of rollout files and results.jsonl (STYLE: one writer per file).
 
-    def __init__(self, results: Path, rollouts: Path) -> None:
-        super().__init__(name="osmosis-run-writer", daemon=True)
-        self._results = results
+    In the foreground it writes each rollout as it is handed over. In the background a thread
+    writes, and rollouts travel to it in batches (``BATCH`` of them, or whatever ``hand_off``
+    finds), so the two threads meet once per batch rather than once per rollout; at most
+    ``WRITE_QUEUE`` batches wait, which bounds both memory and what a hard kill can lose.
+    """
+
+    def __init__(self, results: Path, rollouts: Path, *, background: bool) -> None:
         self._rollouts = rollouts
-        self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=WRITE_QUEUE)
+        self._out = results.open("ab")
         self._error: BaseException | None = None
+        self._batch: list[_Item] = []
+        self._queue: queue.Queue[list[_Item] | None] | None = None
+        self._thread: threading.Thread | None = None
+        if background:
+            self._queue = queue.Queue(maxsize=WRITE_QUEUE)
+            self._thread = threading.Thread(
+                target=self._drain, name="osmosis-run-writer", daemon=True
+            )
+            self._thread.start()
 
     def put(self, item: _Item) -> None:
         if self._error is not None:
             raise self._error
-        self._queue.put(item)
+        if self._queue is None:
+            self._commit(item)
+            self._out.flush()
+            return
+        self._batch.append(item)
+        if len(self._batch) >= BATCH:
+            self.hand_off()
+
+    def hand_off(self) -> None:
+        """Send the rollouts gathered so far to the writer thread."""
+        if self._queue is not None and self._batch:
+            batch, self._batch = self._batch, []
+            self._queue.put(batch)
 
     def finish(self) -> None:
-        self._queue.put(None)
-        self.join()
-        if self._error is not None:
-            raise self._error
-
-    def run(self) -> None:
+        if self._queue is not None and self._thread is not None:
+            self.hand_off()
+            self._queue.put(None)
+            self._thread.join()
         try:
-            with self._results.open("a", encoding="utf-8") as out:
-                self._drain(out)
-                out.flush()
-                os.fsync(out.fileno())
+            if self._error is not None:
+                raise self._error
+            self._out.flush()
+            os.fsync(self._out.fileno())
+        finally:
+            self._out.close()
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        try:
+            while (batch := self._queue.get()) is not None:
+                for item in batch:
+                    self._commit(item)
+                self._out.flush()  # a batch's lines reach the OS in one system call
         except BaseException as exc:  # handed to the event loop's thread by put()/finish()
             self._error = exc
 
-    def _drain(self, out: IO[str]) -> None:
-        while (item := self._queue.get()) is not None:
-            rollout_id, line, result, trajectory = item
-            where = self._rollouts / rollout_id
-            try:
-                _write(where / "result.json", result)
-            except FileNotFoundError:  # no artifacts directory was made (an invalid row)
-                where.mkdir(parents=True, exist_ok=True)
-                _write(where / "result.json", result)
-            if trajectory:
-                _write(where / "trajectory.json", trajectory)
-            out.write(line + "\n")
-            if self._queue.empty():  # a burst is written with one system call
-                out.flush()
+    def _commit(self, item: _Item) -> None:
+        rollout_id, line, result, trajectory = item
+        where = self._rollouts / rollout_id
+        try:
+            _write(where / "result.json", result)
+        except FileNotFoundError:  # no artifacts directory was made (an invalid row)
+            where.mkdir(parents=True, exist_ok=True)
+            _write(where / "result.json", result)
+        if trajectory is not None:
+            _write(where / "trajectory.json", trajectory)
+        self._out.write(line + b"\n")
 
 
-def _write(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+def _write(path: Path, data: bytes) -> None:
+    """Create or replace a file in three system calls (``open()`` makes six)."""
+    fd = os.open(path, _CREATE, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _compare(run_dir: Path, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:

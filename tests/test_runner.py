@@ -20,7 +20,7 @@ class Recorder:
     def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
         self.events.append(("started", (planned, done)))
 
-    def rollout_finished(self, line: ResultLine, text: str) -> None:
+    def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
         self.events.append(("finished", line.rollout_id))
 
     def stalled(self, rollout_id: str, seconds: float) -> None:

@@ -90,7 +90,7 @@ class Reporter:
             self._task = self._progress.add_task("eval", total=planned, completed=done, stats="")
             self._progress.start()
 
-    def rollout_finished(self, line: ResultLine, text: str) -> None:
+    def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
         """Count one finished rollout (and stream it with --jsonl)."""
         self.done += 1
         if line.status in ("failure", "timeout", "invalid"):
@@ -99,8 +99,8 @@ class Reporter:
             self.rewarded += 1
             self.reward_sum += line.reward
         if self.jsonl:
-            sys.stdout.write(text + "\n")
-            sys.stdout.flush()
+            sys.stdout.buffer.write(raw + b"\n")
+            sys.stdout.buffer.flush()
         if self._progress is not None:
             self._progress.update(self._task, advance=1, stats=self._stats())
         elif self.done >= self._next_count or time.monotonic() >= self._next_plain:
