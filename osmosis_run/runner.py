@@ -79,13 +79,30 @@ class RunOutcome:
 
 
 @dataclass(slots=True)
+class _DirBatch:
+    """A batch of artifacts directories being made on the worker thread."""
+
+    future: Future[None]
+    waiter: asyncio.Future[None] | None = None
+
+    async def wait(self) -> None:
+        """Wait until the batch is made; one event-loop wake-up serves the whole batch."""
+        if self.future.done():
+            return
+        if self.waiter is None:
+            self.waiter = asyncio.wrap_future(self.future)
+        # Shielded: a rollout cancelled while it waits must not cancel its batch-mates' wait.
+        await asyncio.shield(self.waiter)
+
+
+@dataclass(slots=True)
 class _Job:
     row: Row
     sample_index: int
     rollout_id: str
     seed: int
     attempt_errors: list[dict[str, Any]] = field(default_factory=list)
-    dir_ready: Future[None] | None = None
+    dirs: _DirBatch | None = None
 
 
 class Runner:
@@ -283,8 +300,8 @@ class Runner:
 
     async def _run_job(self, job: _Job, window: asyncio.Semaphore | None) -> None:
         try:
-            if job.dir_ready is not None and not job.dir_ready.done():
-                await asyncio.wrap_future(job.dir_ready)
+            if job.dirs is not None:
+                await job.dirs.wait()
             request = self._request(job)
             self._running[job.rollout_id] = time.perf_counter()
             attempts = self.settings.retries + 1
@@ -450,9 +467,9 @@ def _timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> 
 def _submit(dirs: ThreadPoolExecutor, prepare: Any, batch: list[_Job]) -> None:
     """Make a batch of artifacts directories on the worker thread."""
     if batch:
-        ready = dirs.submit(prepare, [job.rollout_id for job in batch])
+        ready = _DirBatch(dirs.submit(prepare, [job.rollout_id for job in batch]))
         for job in batch:
-            job.dir_ready = ready
+            job.dirs = ready
 
 
 def rollout_seed(seed: int, row_key: str, sample_index: int) -> int:
