@@ -54,3 +54,30 @@ def test_no_stall_reports_when_a_deadline_bounds_rollouts(tmp_path: Path) -> Non
     runner = Runner(settings(tmp_path, agent_timeout=5), reporter=recorder, stall_after_s=0.1)
     asyncio.run(runner.run())
     assert [kind for kind, _ in recorder.events] == ["started", "finished", "finished"]
+
+
+@pytest.mark.parametrize("io_threads", [True, False])
+def test_results_are_the_same_with_or_without_io_threads(tmp_path: Path, io_threads: bool) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [*qa_rows(70), "not json"])
+    s = EvalSettings.model_validate(
+        {
+            "dataset": str(data),
+            "workflow": "eval_flows:Echo",
+            "grader": "eval_flows:ExactMatch",
+            "out": str(tmp_path / "run"),
+            "concurrency": 8,
+        }
+    )
+    outcome = asyncio.run(Runner(s, io_threads=io_threads).run())
+    assert outcome.summary.rollouts == 71
+    assert outcome.summary.counts == {"invalid": 1, "success": 70}
+    lines = (tmp_path / "run/results.jsonl").read_text().splitlines()
+    assert len(lines) == 71
+    for i in range(70):
+        where = tmp_path / "run/rollouts" / f"q{i}.s0"
+        assert sorted(p.name for p in where.iterdir()) == [
+            "artifacts",
+            "result.json",
+            "trajectory.json",
+        ]
+        assert (where / "artifacts/echo.txt").read_text() == f"p{i}"

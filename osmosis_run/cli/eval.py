@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -232,8 +234,30 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
-    outcome = asyncio.run(_run_with_signals(runner, reporter))
+    with _fewer_collections():
+        outcome = asyncio.run(_run_with_signals(runner, reporter))
     return _finish(settings, outcome)
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Collect cyclic garbage less often during a run.
+
+    A run allocates a few dozen short-lived objects per rollout, nearly all freed by reference
+    counting; the default threshold (700) makes the collector walk every live task and module
+    object thousands of times a run. Freezing what startup loaded and raising the first
+    threshold cut that work without letting memory grow with the dataset.
+    """
+    import gc
+
+    before = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
 
 
 async def _run_with_signals(runner: Runner, reporter: Any) -> RunOutcome:
