@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
 import logging
 import os
 import traceback
@@ -50,7 +51,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONCURRENT = 4
-_MADE_LIMIT = 4096
+_MADE_LIMIT = 1 << 16
 
 
 class ExecutionBackend(ABC):
@@ -248,9 +249,11 @@ class LocalBackend(ExecutionBackend):
             path = self._ready.pop(rollout_id)
         else:
             path = self.artifacts_dir(rollout_id, likely_new=True)
-        if len(self._made) >= _MADE_LIMIT:  # rollouts that were never graded: start over
-            self._made.clear()
-        self._made[rollout_id] = path
+        if self.grader_cls is not None:
+            if len(self._made) >= _MADE_LIMIT:  # rollouts never graded: forget the oldest half
+                for stale in list(itertools.islice(self._made, _MADE_LIMIT // 2)):
+                    del self._made[stale]
+            self._made[rollout_id] = path
         return path
 
     def _grader_artifacts_dir(self, rollout_id: str) -> Path | None:
