@@ -317,12 +317,7 @@ def _rollout_context(rollout_id: str) -> RolloutContext:
     outer = get_rollout_context()
     if outer is None:
         return RolloutContext(rollout_id=rollout_id)
-    return RolloutContext(
-        rollout_id=rollout_id,
-        chat_completions_url=outer.chat_completions_url,
-        api_key=outer.api_key,
-        seed=outer.seed,
-    )
+    return outer.derive(rollout_id, seed=outer.seed)
 
 
 async def _sample_from(

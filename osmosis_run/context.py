@@ -104,6 +104,17 @@ class RolloutContext:
         self.api_key = self.api_key or os.environ.get("OSMOSIS_API_KEY") or None
         self.rollout_id = self.rollout_id or os.environ.get("OSMOSIS_ROLLOUT_ID", "")
 
+    def derive(self, rollout_id: str, *, seed: int | None = None) -> RolloutContext:
+        """A fresh context for one rollout with this one's endpoint (no environment lookups)."""
+        ctx = object.__new__(RolloutContext)
+        ctx.chat_completions_url = self.chat_completions_url
+        ctx.api_key = self.api_key
+        ctx.rollout_id = rollout_id
+        ctx.sample_source = None
+        ctx.seed = seed
+        ctx._tokens = []
+        return ctx
+
     def __enter__(self) -> RolloutContext:
         self._tokens.append(_current.set(self))
         return self

@@ -47,6 +47,7 @@ __all__ = ["Reporter", "RunOutcome", "Runner"]
 
 LOOKAHEAD = 256
 DIR_BATCH = 32
+DIR_THREADS = 3
 TICK_S = 0.02
 # File-system work (making artifacts directories ahead, writing finished rollouts) runs on two
 # worker threads, so that on a slow disk it overlaps the event loop's Python work.
@@ -126,6 +127,9 @@ class Runner:
         self.planned: int | None = None
         self._finished: set[str] = set()
         self._resumed = 0
+        self._endpoint = RolloutContext(
+            chat_completions_url=settings.chat_completions_url or "", api_key=settings.api_key
+        )
         self._running: dict[str, float] = {}  # rollout id -> when it started: O(concurrency)
         self._metrics = MetricsAccumulator(
             pass_threshold=settings.pass_threshold,
@@ -229,7 +233,7 @@ class Runner:
     async def _execute(self) -> None:
         limit = self.concurrency
         window = asyncio.Semaphore(limit) if limit else None
-        dirs = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osmosis-run-dirs")
+        dirs = ThreadPoolExecutor(max_workers=DIR_THREADS, thread_name_prefix="osmosis-run-dirs")
         async with asyncio.TaskGroup() as outer:
             ticker = outer.create_task(self._tick())
             try:
@@ -321,13 +325,7 @@ class Runner:
 
     def _context(self, job: _Job) -> RolloutContext:
         """The ambient context the backend's per-rollout context inherits from."""
-        s = self.settings
-        return RolloutContext(
-            chat_completions_url=s.chat_completions_url or "",
-            api_key=s.api_key,
-            rollout_id=job.rollout_id,
-            seed=job.seed,
-        )
+        return self._endpoint.derive(job.rollout_id, seed=job.seed)
 
     def _request(self, job: _Job) -> ExecutionRequest:
         row, s = job.row, self.settings

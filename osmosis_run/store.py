@@ -240,6 +240,9 @@ class RunStore:
 
 BATCH = 32
 WRITE_QUEUE = 4
+# File creation is slow mostly for waiting on the storage, not for CPU, and several requests in
+# flight at once go through faster: a few writer threads, each writing whole batches.
+WRITER_THREADS = 3
 _Item = tuple[str, bytes, bytes, bytes | None]
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
@@ -247,8 +250,8 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 class _Writer:
     """The one writer of rollout files and results.jsonl (STYLE: one writer per file).
 
-    In the foreground it writes each rollout as it is handed over. In the background a thread
-    writes, and rollouts travel to it in batches (``BATCH`` of them, or whatever ``hand_off``
+    In the foreground it writes each rollout as it is handed over. In the background threads
+    write, and rollouts travel to them in batches (``BATCH`` of them, or whatever ``hand_off``
     finds), so the two threads meet once per batch rather than once per rollout; at most
     ``WRITE_QUEUE`` batches wait, which bounds both memory and what a hard kill can lose.
     """
@@ -259,13 +262,16 @@ class _Writer:
         self._error: BaseException | None = None
         self._batch: list[_Item] = []
         self._queue: queue.Queue[list[_Item] | None] | None = None
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._lines = threading.Lock()
         if background:
             self._queue = queue.Queue(maxsize=WRITE_QUEUE)
-            self._thread = threading.Thread(
-                target=self._drain, name="osmosis-run-writer", daemon=True
-            )
-            self._thread.start()
+            for n in range(WRITER_THREADS):
+                thread = threading.Thread(
+                    target=self._drain, name=f"osmosis-run-writer-{n}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
 
     def put(self, item: _Item) -> None:
         if self._error is not None:
@@ -285,10 +291,12 @@ class _Writer:
             self._queue.put(batch)
 
     def finish(self) -> None:
-        if self._queue is not None and self._thread is not None:
+        if self._queue is not None:
             self.hand_off()
-            self._queue.put(None)
-            self._thread.join()
+            for _ in self._threads:
+                self._queue.put(None)
+            for thread in self._threads:
+                thread.join()
         try:
             if self._error is not None:
                 raise self._error
@@ -299,16 +307,25 @@ class _Writer:
 
     def _drain(self) -> None:
         assert self._queue is not None
-        try:
-            while (batch := self._queue.get()) is not None:
+        while (batch := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # keep taking batches, so that nobody waits on a full queue forever
+            try:
                 for item in batch:
-                    self._commit(item)
-                self._out.flush()  # a batch's lines reach the OS in one system call
-        except BaseException as exc:  # handed to the event loop's thread by put()/finish()
-            self._error = exc
+                    self._write_files(item)
+                lines = b"".join(line + b"\n" for _, line, _, _ in batch)
+                with self._lines:  # a batch's lines reach the OS in one system call
+                    self._out.write(lines)
+                    self._out.flush()
+            except BaseException as exc:  # handed to the event loop's thread by put()/finish()
+                self._error = exc
 
     def _commit(self, item: _Item) -> None:
-        rollout_id, line, result, trajectory = item
+        self._write_files(item)
+        self._out.write(item[1] + b"\n")
+
+    def _write_files(self, item: _Item) -> None:
+        rollout_id, _, result, trajectory = item
         where = self._rollouts / rollout_id
         try:
             _write(where / "result.json", result)
@@ -317,7 +334,6 @@ class _Writer:
             _write(where / "result.json", result)
         if trajectory is not None:
             _write(where / "trajectory.json", trajectory)
-        self._out.write(line + b"\n")
 
 
 def _write(path: Path, data: bytes) -> None:
