@@ -8,18 +8,26 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from osmosis_run.errors import ConfigError
+from osmosis_run.errors import ConfigError, DatasetError
 from osmosis_run.loading import load_class, load_instance
 from osmosis_run.selection import Selection, parse_rows_spec, parse_shard
 from osmosis_run.settings import EvalSettings
 from osmosis_run.types import AgentWorkflowConfig, BaseConfig, GraderConfig
 from osmosis_run.workflow import AgentWorkflow, Grader
 
-__all__ = ["Components", "add_import_paths", "load_components", "load_config", "selection_of"]
+__all__ = [
+    "Components",
+    "add_import_paths",
+    "check_inputs",
+    "load_components",
+    "load_config",
+    "selection_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +38,25 @@ class Components:
     grader: type[Grader] | None
     workflow_config: AgentWorkflowConfig | None
     grader_config: GraderConfig | None
+
+
+def check_inputs(settings: EvalSettings) -> str:
+    """Check that a dataset and a workflow are given and the dataset file exists.
+
+    Returns:
+        The dataset: a path, or ``-`` for stdin.
+
+    Raises:
+        ConfigError: no dataset or no workflow.
+        DatasetError: the dataset file does not exist.
+    """
+    if not settings.dataset:
+        raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
+    if not settings.workflow:
+        raise ConfigError("no workflow: give --workflow module:Class")
+    if settings.dataset != "-" and not Path(settings.dataset).is_file():
+        raise DatasetError(f"dataset {settings.dataset} does not exist; check the path")
+    return settings.dataset
 
 
 def load_components(settings: EvalSettings) -> Components:

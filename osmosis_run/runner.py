@@ -24,10 +24,9 @@ from typing import Any, Protocol
 from osmosis_run import __version__
 from osmosis_run.atif import trajectory_from_messages
 from osmosis_run.backend import LocalBackend
-from osmosis_run.components import load_components, selection_of
+from osmosis_run.components import check_inputs, load_components, selection_of
 from osmosis_run.context import RolloutContext
 from osmosis_run.dataset import Row, iter_rows, rollout_id
-from osmosis_run.errors import ConfigError, DatasetError
 from osmosis_run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.metrics import MetricsAccumulator
 from osmosis_run.records import ResultLine, RolloutState, Summary
@@ -154,12 +153,7 @@ class Runner:
             OsmosisRunError: anything that stops the run before it starts (exit code 2).
         """
         s = self.settings
-        if not s.dataset:
-            raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
-        if not s.workflow:
-            raise ConfigError("no workflow: give --workflow module:Class")
-        if s.dataset != "-" and not Path(s.dataset).is_file():
-            raise DatasetError(f"dataset {s.dataset} does not exist; check the path")
+        check_inputs(s)
         parts = load_components(s)
         fingerprint = build_fingerprint(s, self.selection, parts.workflow, parts.grader)
         run_dir = Path(s.out) if s.out else default_run_dir(s, fingerprint)

@@ -9,13 +9,11 @@ and nothing is written: no run directory, no artifacts, no user code beyond impo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from osmosis_run.components import load_components, selection_of
+from osmosis_run.components import check_inputs, load_components, selection_of
 from osmosis_run.dataset import Row, iter_rows
-from osmosis_run.errors import ConfigError, DatasetError
 from osmosis_run.selection import select
 from osmosis_run.settings import EvalSettings
 
@@ -61,16 +59,11 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
             ``module:attr`` path, a bad config override, an unreadable file).
     """
     s = settings
-    if not s.dataset:
-        raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
-    if not s.workflow:
-        raise ConfigError("no workflow: give --workflow module:Class")
-    if s.dataset != "-" and not Path(s.dataset).is_file():
-        raise DatasetError(f"dataset {s.dataset} does not exist; check the path")
+    dataset = check_inputs(s)
     selection = selection_of(s)
     load_components(s)
-    name = "<stdin>" if s.dataset == "-" else s.dataset
-    tally = _Tally(iter_rows(s.dataset), name=name, keep=max_problems, ids=selection.ids)
+    name = "<stdin>" if dataset == "-" else dataset
+    tally = _Tally(iter_rows(dataset), name=name, keep=max_problems, ids=selection.ids)
     # The count of a shuffled selection is that of the unshuffled one; skipping the shuffle
     # keeps memory flat. Rows the selection does not need are still read, for their problems.
     selected = sum(1 for _ in select(tally, selection.model_copy(update={"shuffle": False})))

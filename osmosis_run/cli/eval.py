@@ -12,30 +12,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from osmosis_run.cli import exit_codes
+from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.gates import Verdict
     from osmosis_run.runner import Runner, RunOutcome
     from osmosis_run.settings import EvalSettings
 
-_SELECT = "Selection"
+_SELECT = options.SELECTION
 _RUN = "Execution"
 _OUT = "Output"
 _GATES = "Gates and reports"
 
-DatasetArg = Annotated[
-    str | None,
-    typer.Argument(help="JSONL dataset file, or - to read rows from stdin.", show_default=False),
-]
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", help="TOML config file with any of these options (see configs/)."),
-]
-
 
 def _opt(*names: str, help: str, panel: str = _RUN, **kw: Any) -> Any:  # noqa: A002
-    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
+    return options.opt(*names, help=help, panel=panel, **kw)
 
 
 def register(app: typer.Typer) -> None:
@@ -44,35 +35,17 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    dataset: DatasetArg = None,
-    config: ConfigOpt = None,
-    workflow: Annotated[
-        str | None, _opt("--workflow", "-w", help="AgentWorkflow class as module:Class.")
-    ] = None,
-    grader: Annotated[
-        str | None, _opt("--grader", "-g", help="Grader class as module:Class.")
-    ] = None,
-    workflow_config: Annotated[
-        str | None,
-        _opt("--workflow-config", help="AgentWorkflowConfig instance as module:attr."),
-    ] = None,
-    grader_config: Annotated[
-        str | None, _opt("--grader-config", help="GraderConfig instance as module:attr.")
-    ] = None,
-    samples: Annotated[
-        int | None, _opt("--samples", "-n", help="Rollouts per row (default 1).", panel=_SELECT)
-    ] = None,
-    limit: Annotated[int | None, _opt("--limit", help="Run at most N rows.", panel=_SELECT)] = None,
-    offset: Annotated[
-        int | None, _opt("--offset", help="Skip the first K rows.", panel=_SELECT)
-    ] = None,
-    rows: Annotated[
-        str | None,
-        _opt("--rows", help='Row indices and ranges, 0-based: "3,7,10-20".', panel=_SELECT),
-    ] = None,
-    ids: Annotated[
-        str | None, _opt("--ids", help="Only rows with these ids: a,b,c.", panel=_SELECT)
-    ] = None,
+    dataset: options.Dataset = None,
+    config: options.Config = None,
+    workflow: options.Workflow = None,
+    grader: options.GraderClass = None,
+    workflow_config: options.WorkflowConfig = None,
+    grader_config: options.GraderConfig = None,
+    samples: options.Samples = None,
+    limit: options.Limit = None,
+    offset: options.Offset = None,
+    rows: options.Rows = None,
+    ids: options.Ids = None,
     shuffle: Annotated[
         bool | None,
         _opt("--shuffle/--no-shuffle", help="Run rows in a seeded random order.", panel=_SELECT),
@@ -80,10 +53,7 @@ def eval_command(
     seed: Annotated[
         int | None, _opt("--seed", help="Seed for --shuffle (default 0).", panel=_SELECT)
     ] = None,
-    shard: Annotated[
-        str | None,
-        _opt("--shard", help="Run shard I of N (I/N), stable by row key.", panel=_SELECT),
-    ] = None,
+    shard: options.Shard = None,
     concurrency: Annotated[
         str | None,
         _opt(

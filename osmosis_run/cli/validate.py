@@ -6,23 +6,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from osmosis_run.cli import exit_codes
+from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.settings import EvalSettings
     from osmosis_run.validate import ValidationReport
 
 SHOWN_PROBLEMS = 50
-
-_SELECT = "Selection"
-
-
-def _opt(*names: str, help: str, panel: str | None = None) -> Any:  # noqa: A002
-    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -38,50 +32,18 @@ _EPILOG = (
 
 
 def validate_command(
-    dataset: Annotated[
-        str | None,
-        typer.Argument(
-            help="JSONL dataset file, or - to read rows from stdin.", show_default=False
-        ),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        _opt("--config", help="TOML config file, as for eval (see configs/)."),
-    ] = None,
-    workflow: Annotated[
-        str | None, _opt("--workflow", "-w", help="AgentWorkflow class as module:Class.")
-    ] = None,
-    grader: Annotated[
-        str | None, _opt("--grader", "-g", help="Grader class as module:Class.")
-    ] = None,
-    workflow_config: Annotated[
-        str | None,
-        _opt("--workflow-config", help="AgentWorkflowConfig instance as module:attr."),
-    ] = None,
-    grader_config: Annotated[
-        str | None, _opt("--grader-config", help="GraderConfig instance as module:attr.")
-    ] = None,
-    samples: Annotated[
-        int | None, _opt("--samples", "-n", help="Rollouts per row (default 1).", panel=_SELECT)
-    ] = None,
-    limit: Annotated[
-        int | None, _opt("--limit", help="Take at most N rows.", panel=_SELECT)
-    ] = None,
-    offset: Annotated[
-        int | None, _opt("--offset", help="Skip the first K rows.", panel=_SELECT)
-    ] = None,
-    rows: Annotated[
-        str | None,
-        _opt("--rows", help='Row indices and ranges, 0-based: "3,7,10-20".', panel=_SELECT),
-    ] = None,
-    ids: Annotated[
-        str | None,
-        _opt("--ids", help="Only rows with these ids: a,b,c (each must exist).", panel=_SELECT),
-    ] = None,
-    shard: Annotated[
-        str | None,
-        _opt("--shard", help="Take shard I of N (I/N), stable by row key.", panel=_SELECT),
-    ] = None,
+    dataset: options.Dataset = None,
+    config: options.Config = None,
+    workflow: options.Workflow = None,
+    grader: options.GraderClass = None,
+    workflow_config: options.WorkflowConfig = None,
+    grader_config: options.GraderConfig = None,
+    samples: options.Samples = None,
+    limit: options.Limit = None,
+    offset: options.Offset = None,
+    rows: options.Rows = None,
+    ids: options.Ids = None,
+    shard: options.Shard = None,
 ) -> None:
     """Check a dataset, workflow, grader and configs without running anything.
 

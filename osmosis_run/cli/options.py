@@ -1,0 +1,49 @@
+"""Options that several commands share, declared once (eval and validate read one setup)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+SELECTION = "Selection"
+
+
+def opt(*names: str, help: str, panel: str | None = None, **kw: Any) -> Any:  # noqa: A002
+    """A typer option with help text and no shown default (defaults live in EvalSettings)."""
+    return typer.Option(*names, help=help, rich_help_panel=panel, show_default=False, **kw)
+
+
+Dataset = Annotated[
+    str | None,
+    typer.Argument(help="JSONL dataset file, or - to read rows from stdin.", show_default=False),
+]
+Config = Annotated[
+    Path | None,
+    opt("--config", help="TOML config file with any of these options (see configs/)."),
+]
+Workflow = Annotated[
+    str | None, opt("--workflow", "-w", help="AgentWorkflow class as module:Class.")
+]
+GraderClass = Annotated[str | None, opt("--grader", "-g", help="Grader class as module:Class.")]
+WorkflowConfig = Annotated[
+    str | None, opt("--workflow-config", help="AgentWorkflowConfig instance as module:attr.")
+]
+GraderConfig = Annotated[
+    str | None, opt("--grader-config", help="GraderConfig instance as module:attr.")
+]
+Samples = Annotated[
+    int | None, opt("--samples", "-n", help="Rollouts per row (default 1).", panel=SELECTION)
+]
+Limit = Annotated[int | None, opt("--limit", help="At most N rows.", panel=SELECTION)]
+Offset = Annotated[int | None, opt("--offset", help="Skip the first K rows.", panel=SELECTION)]
+Rows = Annotated[
+    str | None,
+    opt("--rows", help='Row indices and ranges, 0-based: "3,7,10-20".', panel=SELECTION),
+]
+Ids = Annotated[str | None, opt("--ids", help="Only rows with these ids: a,b,c.", panel=SELECTION)]
+Shard = Annotated[
+    str | None,
+    opt("--shard", help="Shard I of N (I/N), stable by row key.", panel=SELECTION),
+]
