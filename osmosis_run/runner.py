@@ -48,8 +48,9 @@ LOOKAHEAD = 256
 DIR_BATCH = 32
 DIR_THREADS = 3
 TICK_S = 0.02
-# File-system work (making artifacts directories ahead, writing finished rollouts) runs on two
-# worker threads, so that on a slow disk it overlaps the event loop's Python work.
+# File-system work (making artifacts directories ahead, writing finished rollouts) runs on
+# worker threads (DIR_THREADS here, the store's WRITER_THREADS), so that file creation, which
+# mostly waits on storage, overlaps itself and the event loop's Python work.
 IO_THREADS = True
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0

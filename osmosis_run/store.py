@@ -2,13 +2,15 @@
 
     run.toml            the resolved configuration; ``--config run.toml`` reproduces the run
     fingerprint.json    what the run was made from; a resume with other inputs is refused
-    results.jsonl       one ResultLine per finished rollout, appended (and flushed) as it finishes
+    results.jsonl       one ResultLine per finished rollout, appended as it finishes
     summary.json        the Summary, rewritten at the end and on interrupt
     rollouts/<id>/      artifacts/, trajectory.json (ATIF v1.7), result.json
 
 A rollout is finished when its line is in results.jsonl: its files are written first, so a hard
 kill leaves at most rollouts whose files exist but whose line does not; they run again on resume
-and overwrite those files. A torn last line is cut off on resume.
+and overwrite those files. A torn last line is cut off on resume. Writer threads take finished
+rollouts in small batches, handed over every few milliseconds, so what a hard kill can lose
+beyond the rollouts running is bounded (``BATCH * (WRITE_QUEUE + 1)``) and milliseconds old.
 """
 
 from __future__ import annotations
@@ -189,12 +191,6 @@ class RunStore:
             if secret in data:
                 data = data.replace(secret, REDACTED.encode())
         return data
-
-    def rollout_dir(self, rollout_id: str) -> Path:
-        """``rollouts/<rollout_id>``, created if needed."""
-        path = self.rollouts_dir / rollout_id
-        path.mkdir(exist_ok=True)
-        return path
 
     def write_rollout(
         self, rollout_id: str, *, line: bytes, result: bytes, trajectory: bytes | None
