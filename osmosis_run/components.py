@@ -6,6 +6,7 @@ setup that validates is exactly the setup that runs.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from osmosis_run.workflow import AgentWorkflow, Grader
 
 __all__ = [
     "Components",
+    "add_import_path",
     "add_import_paths",
     "check_inputs",
     "load_components",
@@ -141,3 +143,10 @@ def selection_of(settings: EvalSettings) -> Selection:
         shuffle=s.shuffle,
         seed=s.seed,
     )
+
+
+def add_import_path(folder: Path) -> None:
+    """Make ``folder`` importable for ``module:attr`` paths (the cwd, a config's folder)."""
+    text = os.fspath(folder.resolve())
+    if text not in sys.path:
+        sys.path.insert(0, text)

@@ -11,13 +11,11 @@ kept, and the run resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,11 +24,22 @@ from osmosis_run.atif import trajectory_from_messages
 from osmosis_run.backend import LocalBackend
 from osmosis_run.components import check_inputs, load_components, selection_of
 from osmosis_run.context import RolloutContext
-from osmosis_run.dataset import Row, iter_rows, rollout_id
+from osmosis_run.dataset import iter_rows, rollout_id
 from osmosis_run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.metrics import MetricsAccumulator
-from osmosis_run.records import ResultLine, RolloutState, Summary
-from osmosis_run.selection import Selection, select, stable_hash
+from osmosis_run.records import ResultLine, Summary
+from osmosis_run.rollouts import (
+    Job,
+    attempt_error,
+    invalid_line,
+    result_document,
+    rollout_seed,
+    round_ms,
+    row_fields,
+    status_of,
+    timed_out,
+)
+from osmosis_run.selection import count_planned, select
 from osmosis_run.serialize import encode
 from osmosis_run.settings import EvalSettings, settings_to_toml
 from osmosis_run.store import RUN_CONFIG, RunStore
@@ -39,7 +48,6 @@ from osmosis_run.types import (
     ExecutionRequest,
     ExecutionResult,
     RolloutErrorCategory,
-    RolloutStatus,
 )
 
 __all__ = ["Reporter", "RunOutcome", "Runner"]
@@ -94,16 +102,6 @@ class _DirBatch:
             self.waiter = asyncio.wrap_future(self.future)
         # Shielded: a rollout cancelled while it waits must not cancel its batch-mates' wait.
         await asyncio.shield(self.waiter)
-
-
-@dataclass(slots=True)
-class _Job:
-    row: Row
-    sample_index: int
-    rollout_id: str
-    seed: int
-    attempt_errors: list[dict[str, Any]] = field(default_factory=list)
-    dirs: _DirBatch | None = None
 
 
 class Runner:
@@ -173,7 +171,7 @@ class Runner:
         )
         self._resumed = len(self._finished)
         self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
-        self.planned = _count_planned(s, self.selection)
+        self.planned = count_planned(s.dataset, self.selection, s.samples)
 
     @property
     def concurrency(self) -> int | None:
@@ -235,7 +233,7 @@ class Runner:
                 async with asyncio.TaskGroup() as group:
                     for job in self._prefetched(self._jobs(), dirs):
                         if job.row.error is not None:
-                            self._record(job, _invalid_line(job), result=None, request=None)
+                            self._record(job, invalid_line(job), result=None, request=None)
                             continue
                         if window is not None:
                             await window.acquire()
@@ -244,7 +242,7 @@ class Runner:
                 ticker.cancel()
                 dirs.shutdown(wait=True, cancel_futures=True)
 
-    def _prefetched(self, jobs: Iterator[_Job], dirs: ThreadPoolExecutor) -> Iterator[_Job]:
+    def _prefetched(self, jobs: Iterator[Job], dirs: ThreadPoolExecutor) -> Iterator[Job]:
         """Yield jobs whose artifacts directories a worker thread made ahead of time.
 
         Directory creation is most of a trivial rollout's file-system cost; made ahead, in
@@ -257,8 +255,8 @@ class Runner:
             return
         assert self.backend is not None
         prepare = self.backend.prepare_artifacts_dirs
-        ahead: deque[_Job] = deque()
-        batch: list[_Job] = []
+        ahead: deque[Job] = deque()
+        batch: list[Job] = []
         for job in jobs:
             ahead.append(job)
             if job.row.error is None:
@@ -289,15 +287,15 @@ class Runner:
                     warned.add(rid)
                     self.reporter.stalled(rid, now - started)
 
-    def _jobs(self) -> Iterator[_Job]:
+    def _jobs(self) -> Iterator[Job]:
         assert self.settings.dataset is not None
         for row in select(iter_rows(self.settings.dataset), self.selection):
             for k in range(self.settings.samples):
                 rid = rollout_id(row.part, k)
                 if rid not in self._finished:
-                    yield _Job(row, k, rid, rollout_seed(self.settings.seed, row.key, k))
+                    yield Job(row, k, rid, rollout_seed(self.settings.seed, row.key, k))
 
-    async def _run_job(self, job: _Job, window: asyncio.Semaphore | None) -> None:
+    async def _run_job(self, job: Job, window: asyncio.Semaphore | None) -> None:
         try:
             if job.dirs is not None:
                 await job.dirs.wait()
@@ -310,7 +308,7 @@ class Runner:
                 result = outcome.result
                 if attempt == attempts or result.err_category not in TRANSIENT:
                     break
-                job.attempt_errors.append(_attempt_error(attempt, result))
+                job.attempt_errors.append(attempt_error(attempt, result))
             line = self._line(job, outcome, timings, attempt)
             self._record(job, line, result=outcome, request=request, timings=timings)
         finally:
@@ -318,11 +316,11 @@ class Runner:
             if window is not None:
                 window.release()
 
-    def _context(self, job: _Job) -> RolloutContext:
+    def _context(self, job: Job) -> RolloutContext:
         """The ambient context the backend's per-rollout context inherits from."""
         return self._endpoint.derive(job.rollout_id, seed=job.seed)
 
-    def _request(self, job: _Job) -> ExecutionRequest:
+    def _request(self, job: Job) -> ExecutionRequest:
         row, s = job.row, self.settings
         return ExecutionRequest.model_construct(
             id=job.rollout_id,
@@ -360,11 +358,11 @@ class Runner:
         return ExecutionOutcome.model_construct(workflow=workflow, grader=grader), timings
 
     def _line(
-        self, job: _Job, outcome: ExecutionOutcome, timings: dict[str, float | None], attempts: int
+        self, job: Job, outcome: ExecutionOutcome, timings: dict[str, float | None], attempts: int
     ) -> ResultLine:
         result = outcome.result
         sample = result.sample
-        status = _status(outcome)
+        status = status_of(outcome)
         reward = sample.reward if sample is not None and status == "success" else None
         passed: bool | None = None
         if status == "success":
@@ -373,15 +371,15 @@ class Runner:
             passed = False
         messages = None if self.settings.no_messages or sample is None else sample.messages
         return ResultLine.model_construct(
-            **_row_fields(job),
+            **row_fields(job),
             status=status,
             error_category=str(result.err_category) if result.err_category else None,
             error_message=result.err_message,
             reward=reward,
             passed=passed,
             attempts=attempts,
-            workflow_ms=_round(timings["workflow_ms"]),
-            grader_ms=_round(timings["grader_ms"]),
+            workflow_ms=round_ms(timings["workflow_ms"]),
+            grader_ms=round_ms(timings["grader_ms"]),
             metrics=dict(sample.metrics) if sample is not None else {},
             messages=messages,
             label=job.row.label,
@@ -392,7 +390,7 @@ class Runner:
 
     def _record(
         self,
-        job: _Job,
+        job: Job,
         line: ResultLine,
         *,
         result: ExecutionOutcome | None,
@@ -406,7 +404,7 @@ class Runner:
             redacted = self.store.redact_bytes(raw)
             if redacted != raw:
                 raw, line = redacted, ResultLine.model_validate_json(redacted)
-        doc = _result_document(job, line, result, request, timings)
+        doc = result_document(job, line, result, request, timings)
         trajectory = self._trajectory(line, result)
         self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
         self._metrics.add(line)
@@ -441,156 +439,15 @@ async def _deadline(
         async with asyncio.timeout(seconds) as scope:
             result = await work
     except TimeoutError:
-        return _timed_out(stage, seconds, workflow)
+        return timed_out(stage, seconds, workflow)
     if scope.expired():  # the user's code swallowed the cancellation, or blocked
-        return _timed_out(stage, seconds, workflow)
+        return timed_out(stage, seconds, workflow)
     return result
 
 
-def _timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> ExecutionResult:
-    return ExecutionResult(
-        status=RolloutStatus.FAILURE,
-        sample=workflow.sample if workflow is not None else None,
-        err_message=f"{stage} exceeded its {timeout:g}s deadline",
-        err_category=RolloutErrorCategory.TIMEOUT,
-        extra_fields={"stage": stage},
-    )
-
-
-def _submit(dirs: ThreadPoolExecutor, prepare: Any, batch: list[_Job]) -> None:
+def _submit(dirs: ThreadPoolExecutor, prepare: Any, batch: list[Job]) -> None:
     """Make a batch of artifacts directories on the worker thread."""
     if batch:
         ready = _DirBatch(dirs.submit(prepare, [job.rollout_id for job in batch]))
         for job in batch:
             job.dirs = ready
-
-
-def rollout_seed(seed: int, row_key: str, sample_index: int) -> int:
-    """The seed of one rollout: a function of ``--seed``, the row and the sample index only."""
-    return stable_hash("rollout", seed, row_key, sample_index) & 0x7FFFFFFF
-
-
-def _status(outcome: ExecutionOutcome) -> RolloutState:
-    result = outcome.result
-    if result.status != RolloutStatus.SUCCESS:
-        return "timeout" if result.err_category == RolloutErrorCategory.TIMEOUT else "failure"
-    if outcome.grader is None:
-        return "ungraded"
-    if result.sample is not None and result.sample.remove_sample:
-        return "removed"
-    return "success"
-
-
-def _row_fields(job: _Job) -> dict[str, Any]:
-    return {
-        "rollout_id": job.rollout_id,
-        "row_index": job.row.index,
-        "row_id": job.row.id,
-        "line": job.row.line,
-        "sample_index": job.sample_index,
-    }
-
-
-def _invalid_line(job: _Job) -> ResultLine:
-    return ResultLine.model_construct(
-        **_row_fields(job),
-        status="invalid",
-        error_category="invalid_row",
-        error_message=job.row.error,
-        reward=None,
-        passed=False,
-        attempts=0,
-        workflow_ms=None,
-        grader_ms=None,
-        metrics={},
-        messages=None,
-        label=None,
-        metadata=None,
-        finished_at=round(time.time(), 3),
-    )
-
-
-def _attempt_error(attempt: int, result: ExecutionResult) -> dict[str, Any]:
-    diagnostics = result.extra_fields or {}
-    return {
-        "attempt": attempt,
-        "error_category": str(result.err_category) if result.err_category else None,
-        "error_message": result.err_message,
-        "traceback": diagnostics.get("traceback"),
-    }
-
-
-def _result_document(
-    job: _Job,
-    line: ResultLine,
-    outcome: ExecutionOutcome | None,
-    request: ExecutionRequest | None,
-    timings: dict[str, float | None] | None,
-) -> bytes:
-    """result.json: the whole story of one rollout, for a person debugging it."""
-    doc: dict[str, Any] = {
-        "rollout_id": job.rollout_id,
-        "row": {"index": job.row.index, "line": job.row.line, "id": job.row.id},
-        "sample_index": job.sample_index,
-        "status": line.status,
-        "reward": line.reward,
-        "attempts": line.attempts,
-        "error": None,
-        "request": request.model_dump(mode="json") if request is not None else None,
-        "timings": {**(timings or {}), "finished_at": line.finished_at},
-    }
-    if line.error_message is not None:
-        doc["error"] = {"category": line.error_category, "message": line.error_message}
-    if outcome is not None:
-        result = outcome.result
-        diagnostics = result.extra_fields or {}
-        if doc["error"] is not None:
-            doc["error"].update(
-                stage=diagnostics.get("stage"), traceback=diagnostics.get("traceback")
-            )
-        sample = outcome.result_to_save.sample
-        doc["sample"] = sample.model_dump(mode="json") if sample is not None else None
-        doc["workflow"] = _brief(outcome.workflow)
-        doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
-    if job.attempt_errors:
-        doc["previous_attempts"] = job.attempt_errors
-    return encode(doc)
-
-
-def _brief(result: ExecutionResult) -> dict[str, Any]:
-    return {
-        "status": str(result.status),
-        "err_category": str(result.err_category) if result.err_category else None,
-        "err_message": result.err_message,
-    }
-
-
-def _round(ms: float | None) -> float | None:
-    return None if ms is None else round(ms, 3)
-
-
-def _count_planned(s: EvalSettings, selection: Selection) -> int | None:
-    """How many rollouts the selection holds (None for stdin)."""
-    if s.dataset is None or s.dataset == "-":
-        return None
-    if selection.ids is not None or selection.shard is not None or selection.shuffle:
-        rows = sum(1 for _ in select(iter_rows(s.dataset), selection))
-        return rows * s.samples
-    with open(s.dataset, "rb") as f:
-        total = sum(1 for raw in f if raw.strip())
-    indices = range(selection.offset, total)
-    if selection.rows is not None:
-        ranges = selection.rows
-        count = sum(1 for i in indices if any(lo <= i <= hi for lo, hi in ranges))
-    else:
-        count = len(indices)
-    if selection.limit is not None:
-        count = min(count, selection.limit)
-    return count * s.samples
-
-
-def add_import_path(folder: Path) -> None:
-    """Make ``folder`` importable for ``module:attr`` paths (the cwd, a config's folder)."""
-    text = os.fspath(folder.resolve())
-    if text not in sys.path:
-        sys.path.insert(0, text)

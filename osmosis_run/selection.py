@@ -14,10 +14,17 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from osmosis_run.dataset import Row
+from osmosis_run.dataset import Row, iter_rows
 from osmosis_run.errors import ConfigError
 
-__all__ = ["Selection", "parse_rows_spec", "parse_shard", "select", "stable_hash"]
+__all__ = [
+    "Selection",
+    "count_planned",
+    "parse_rows_spec",
+    "parse_shard",
+    "select",
+    "stable_hash",
+]
 
 
 class Selection(BaseModel):
@@ -113,3 +120,23 @@ def _shuffled(rows: Iterator[Row], selection: Selection) -> Iterator[Row]:
         # Keep only the `limit` smallest keys: memory O(limit), not O(dataset).
         return iter(heapq.nsmallest(selection.limit, rows, key=order))
     return iter(sorted(rows, key=order))
+
+
+def count_planned(dataset: str | None, selection: Selection, samples: int) -> int | None:
+    """How many rollouts the selection holds (None for stdin)."""
+    if dataset is None or dataset == "-":
+        return None
+    if selection.ids is not None or selection.shard is not None or selection.shuffle:
+        rows = sum(1 for _ in select(iter_rows(dataset), selection))
+        return rows * samples
+    with open(dataset, "rb") as f:
+        total = sum(1 for raw in f if raw.strip())
+    indices = range(selection.offset, total)
+    if selection.rows is not None:
+        ranges = selection.rows
+        count = sum(1 for i in indices if any(lo <= i <= hi for lo, hi in ranges))
+    else:
+        count = len(indices)
+    if selection.limit is not None:
+        count = min(count, selection.limit)
+    return count * samples

@@ -59,8 +59,8 @@ def validate_command(
 
 def _validate_main(values: dict[str, Any], config: Path | None) -> int:
     from osmosis_run.cli import render
+    from osmosis_run.components import add_import_path
     from osmosis_run.errors import OsmosisRunError
-    from osmosis_run.runner import add_import_path
     from osmosis_run.settings import resolve_settings
 
     add_import_path(Path.cwd())

@@ -1,0 +1,163 @@
+"""One rollout's identity and the records it leaves: its results line and its result.json."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from osmosis_run.dataset import Row
+from osmosis_run.records import ResultLine, RolloutState
+from osmosis_run.selection import stable_hash
+from osmosis_run.serialize import encode
+from osmosis_run.types import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutStatus,
+)
+
+__all__ = [
+    "Job",
+    "attempt_error",
+    "invalid_line",
+    "result_document",
+    "rollout_seed",
+    "round_ms",
+    "row_fields",
+    "status_of",
+    "timed_out",
+]
+
+
+@dataclass(slots=True)
+class Job:
+    """One rollout to run: its row, its sample index, its id and seed, what failed before."""
+
+    row: Row
+    sample_index: int
+    rollout_id: str
+    seed: int
+    attempt_errors: list[dict[str, Any]] = field(default_factory=list)
+    dirs: Any = None  # the runner's batch of artifacts directories being made
+
+
+def rollout_seed(seed: int, row_key: str, sample_index: int) -> int:
+    """The seed of one rollout: a function of ``--seed``, the row and the sample index only."""
+    return stable_hash("rollout", seed, row_key, sample_index) & 0x7FFFFFFF
+
+
+def timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> ExecutionResult:
+    """The result of a stage past its deadline; a grader timeout keeps the workflow's sample."""
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        sample=workflow.sample if workflow is not None else None,
+        err_message=f"{stage} exceeded its {timeout:g}s deadline",
+        err_category=RolloutErrorCategory.TIMEOUT,
+        extra_fields={"stage": stage},
+    )
+
+
+def status_of(outcome: ExecutionOutcome) -> RolloutState:
+    """The results-line status of an outcome."""
+    result = outcome.result
+    if result.status != RolloutStatus.SUCCESS:
+        return "timeout" if result.err_category == RolloutErrorCategory.TIMEOUT else "failure"
+    if outcome.grader is None:
+        return "ungraded"
+    if result.sample is not None and result.sample.remove_sample:
+        return "removed"
+    return "success"
+
+
+def row_fields(job: Job) -> dict[str, Any]:
+    """The results-line fields that say which row and sample a rollout is."""
+    return {
+        "rollout_id": job.rollout_id,
+        "row_index": job.row.index,
+        "row_id": job.row.id,
+        "line": job.row.line,
+        "sample_index": job.sample_index,
+    }
+
+
+def invalid_line(job: Job) -> ResultLine:
+    """The results line of a row that could not be read."""
+    return ResultLine.model_construct(
+        **row_fields(job),
+        status="invalid",
+        error_category="invalid_row",
+        error_message=job.row.error,
+        reward=None,
+        passed=False,
+        attempts=0,
+        workflow_ms=None,
+        grader_ms=None,
+        metrics={},
+        messages=None,
+        label=None,
+        metadata=None,
+        finished_at=round(time.time(), 3),
+    )
+
+
+def attempt_error(attempt: int, result: ExecutionResult) -> dict[str, Any]:
+    """What result.json keeps of an attempt that failed and was retried."""
+    diagnostics = result.extra_fields or {}
+    return {
+        "attempt": attempt,
+        "error_category": str(result.err_category) if result.err_category else None,
+        "error_message": result.err_message,
+        "traceback": diagnostics.get("traceback"),
+    }
+
+
+def result_document(
+    job: Job,
+    line: ResultLine,
+    outcome: ExecutionOutcome | None,
+    request: ExecutionRequest | None,
+    timings: dict[str, float | None] | None,
+) -> bytes:
+    """result.json: the whole story of one rollout, for a person debugging it."""
+    doc: dict[str, Any] = {
+        "rollout_id": job.rollout_id,
+        "row": {"index": job.row.index, "line": job.row.line, "id": job.row.id},
+        "sample_index": job.sample_index,
+        "status": line.status,
+        "reward": line.reward,
+        "attempts": line.attempts,
+        "error": None,
+        "request": request.model_dump(mode="json") if request is not None else None,
+        "timings": {**(timings or {}), "finished_at": line.finished_at},
+    }
+    if line.error_message is not None:
+        doc["error"] = {"category": line.error_category, "message": line.error_message}
+    if outcome is not None:
+        result = outcome.result
+        diagnostics = result.extra_fields or {}
+        if doc["error"] is not None:
+            doc["error"].update(
+                stage=diagnostics.get("stage"), traceback=diagnostics.get("traceback")
+            )
+        sample = outcome.result_to_save.sample
+        doc["sample"] = sample.model_dump(mode="json") if sample is not None else None
+        doc["workflow"] = _brief(outcome.workflow)
+        doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
+    if job.attempt_errors:
+        doc["previous_attempts"] = job.attempt_errors
+    return encode(doc)
+
+
+def _brief(result: ExecutionResult) -> dict[str, Any]:
+    return {
+        "status": str(result.status),
+        "err_category": str(result.err_category) if result.err_category else None,
+        "err_message": result.err_message,
+    }
+
+
+def round_ms(ms: float | None) -> float | None:
+    """Milliseconds to three decimals."""
+    return None if ms is None else round(ms, 3)
