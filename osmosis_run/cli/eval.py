@@ -185,16 +185,11 @@ def eval_command(
 def run_eval(values: dict[str, Any], config: Path | None) -> int:
     """Resolve settings, run, render; return the exit code."""
     from osmosis_run.cli import render
-    from osmosis_run.components import add_import_path
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.runner import Runner
-    from osmosis_run.settings import resolve_settings
 
-    add_import_path(Path.cwd())
     try:
-        if config is not None:
-            add_import_path(config.parent)
-        settings = resolve_settings(values, config_file=config)
+        settings = options.resolve(values, config)
         if settings.dry_run:
             from osmosis_run.cli.validate import run_validate
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from osmosis_run.settings import EvalSettings
 
 SELECTION = "Selection"
 
@@ -47,3 +50,18 @@ Shard = Annotated[
     str | None,
     opt("--shard", help="Shard I of N (I/N), stable by row key.", panel=SELECTION),
 ]
+
+
+def resolve(values: dict[str, Any], config: Path | None) -> EvalSettings:
+    """A command's settings: every source merged; the cwd and the config's folder importable.
+
+    Raises:
+        OsmosisRunError: an option, variable or config file is invalid.
+    """
+    from osmosis_run.components import add_import_path
+    from osmosis_run.settings import resolve_settings
+
+    add_import_path(Path.cwd())
+    if config is not None:
+        add_import_path(config.parent)
+    return resolve_settings(values, config_file=config)

@@ -59,15 +59,10 @@ def validate_command(
 
 def _validate_main(values: dict[str, Any], config: Path | None) -> int:
     from osmosis_run.cli import render
-    from osmosis_run.components import add_import_path
     from osmosis_run.errors import OsmosisRunError
-    from osmosis_run.settings import resolve_settings
 
-    add_import_path(Path.cwd())
     try:
-        if config is not None:
-            add_import_path(config.parent)
-        settings = resolve_settings(values, config_file=config)
+        settings = options.resolve(values, config)
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
