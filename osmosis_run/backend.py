@@ -213,7 +213,7 @@ class LocalBackend(ExecutionBackend):
                 sample = await _sample_from(output, rollout_ctx, request)
         except (Exception, SystemExit) as exc:  # sys.exit() in user code ends one rollout
             return _failure(exc, "workflow", request.id)
-        return ExecutionResult(status=RolloutStatus.SUCCESS, sample=sample)
+        return _success(sample)
 
     async def run_grader(
         self, request: ExecutionRequest, workflow: ExecutionResult
@@ -233,7 +233,7 @@ class LocalBackend(ExecutionBackend):
             _check_graded(ctx.sample)
         except (Exception, SystemExit) as exc:  # sys.exit() in user code ends one rollout
             return _failure(exc, "grader", request.id, sample=ctx.sample)
-        return ExecutionResult(status=RolloutStatus.SUCCESS, sample=ctx.sample)
+        return _success(ctx.sample)
 
     def prepare_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
         """Make rollouts' artifacts directories ahead of time; safe to call from any thread.
@@ -340,6 +340,17 @@ async def _sample_from(
         remove_sample=False,
         metrics=dict(output.metrics),
         extra_fields={},
+    )
+
+
+def _success(sample: RolloutSample | None) -> ExecutionResult:
+    # Every field is known good here: skip validation, which runs twice per rollout.
+    return ExecutionResult.model_construct(
+        status=RolloutStatus.SUCCESS,
+        sample=sample,
+        err_message=None,
+        err_category=None,
+        extra_fields=None,
     )
 
 

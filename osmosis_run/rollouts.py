@@ -129,7 +129,7 @@ def result_document(
         "reward": line.reward,
         "attempts": line.attempts,
         "error": None,
-        "request": request.model_dump(mode="json") if request is not None else None,
+        "request": dict(request.__dict__) if request is not None else None,
         "timings": {**(timings or {}), "finished_at": line.finished_at},
     }
     if line.error_message is not None:
@@ -142,7 +142,8 @@ def result_document(
                 stage=diagnostics.get("stage"), traceback=diagnostics.get("traceback")
             )
         sample = outcome.result_to_save.sample
-        doc["sample"] = sample.model_dump(mode="json") if sample is not None else None
+        # The encoder turns any value JSON lacks into its str(); no model_dump needed.
+        doc["sample"] = dict(sample.__dict__) if sample is not None else None
         doc["workflow"] = _brief(outcome.workflow)
         doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
     if job.attempt_errors:
