@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +49,7 @@ from osmosis_run.types import (
     ExecutionResult,
     RolloutErrorCategory,
 )
+from osmosis_run.workers import WorkerPool
 
 __all__ = ["Reporter", "RunOutcome", "Runner"]
 
@@ -57,8 +58,8 @@ DIR_BATCH = 32
 DIR_THREADS = 3
 TICK_S = 0.02
 # File-system work (making artifacts directories ahead, writing finished rollouts) runs on
-# worker threads (DIR_THREADS here, the store's WRITER_THREADS), so that file creation, which
-# mostly waits on storage, overlaps itself and the event loop's Python work.
+# worker pools (up to DIR_THREADS here, the store's WRITER_THREADS), so that file creation,
+# which mostly waits on storage, overlaps itself and the event loop's Python work.
 IO_THREADS = True
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0
@@ -226,7 +227,7 @@ class Runner:
     async def _execute(self) -> None:
         limit = self.concurrency
         window = asyncio.Semaphore(limit) if limit else None
-        dirs = ThreadPoolExecutor(max_workers=DIR_THREADS, thread_name_prefix="osmosis-run-dirs")
+        dirs = WorkerPool("osmosis-run-dirs", most=DIR_THREADS, backlog=6)
         async with asyncio.TaskGroup() as outer:
             ticker = outer.create_task(self._tick())
             try:
@@ -240,9 +241,9 @@ class Runner:
                         group.create_task(self._run_job(job, window))
             finally:
                 ticker.cancel()
-                dirs.shutdown(wait=True, cancel_futures=True)
+                dirs.shutdown(cancel=True)
 
-    def _prefetched(self, jobs: Iterator[Job], dirs: ThreadPoolExecutor) -> Iterator[Job]:
+    def _prefetched(self, jobs: Iterator[Job], dirs: WorkerPool) -> Iterator[Job]:
         """Yield jobs whose artifacts directories a worker thread made ahead of time.
 
         Directory creation is most of a trivial rollout's file-system cost; made ahead, in
@@ -445,7 +446,7 @@ async def _deadline(
     return result
 
 
-def _submit(dirs: ThreadPoolExecutor, prepare: Any, batch: list[Job]) -> None:
+def _submit(dirs: WorkerPool, prepare: Any, batch: list[Job]) -> None:
     """Make a batch of artifacts directories on the worker thread."""
     if batch:
         ready = _DirBatch(dirs.submit(prepare, [job.rollout_id for job in batch]))

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from pydantic import ValidationError
 
 from osmosis_run.errors import FingerprintMismatchError, RunDirError
 from osmosis_run.records import ResultLine, Summary
+from osmosis_run.workers import WorkerPool
 
 __all__ = ["RunStore", "read_results", "read_summary"]
 
@@ -236,8 +238,8 @@ class RunStore:
 
 BATCH = 32
 WRITE_QUEUE = 4
-# File creation is slow mostly for waiting on the storage, not for CPU, and several requests in
-# flight at once go through faster: a few writer threads, each writing whole batches.
+# File creation is slow mostly for waiting on storage, not for CPU, and on a slow disk several
+# requests in flight at once go through faster: up to this many writer threads.
 WRITER_THREADS = 3
 _Item = tuple[str, bytes, bytes, bytes | None]
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
@@ -246,33 +248,25 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 class _Writer:
     """The one writer of rollout files and results.jsonl (STYLE: one writer per file).
 
-    In the foreground it writes each rollout as it is handed over. In the background threads
-    write, and rollouts travel to them in batches (``BATCH`` of them, or whatever ``hand_off``
-    finds), so the two threads meet once per batch rather than once per rollout; at most
-    ``WRITE_QUEUE`` batches wait, which bounds both memory and what a hard kill can lose.
+    In the foreground it writes each rollout as it is handed over. In the background worker
+    threads write, and rollouts travel to them in batches (``BATCH`` of them, or whatever
+    ``hand_off`` finds); at most ``WRITE_QUEUE`` batches wait, which bounds both memory and what
+    a hard kill can lose. The pool grows past one thread only while batches pile up (a slow
+    disk), since on a fast one extra threads only contend for the interpreter lock.
     """
 
     def __init__(self, results: Path, rollouts: Path, *, background: bool) -> None:
         self._rollouts = rollouts
         self._out = results.open("ab")
-        self._error: BaseException | None = None
-        self._batch: list[_Item] = []
-        self._queue: queue.Queue[list[_Item] | None] | None = None
-        self._threads: list[threading.Thread] = []
         self._lines = threading.Lock()
-        if background:
-            self._queue = queue.Queue(maxsize=WRITE_QUEUE)
-            for n in range(WRITER_THREADS):
-                thread = threading.Thread(
-                    target=self._drain, name=f"osmosis-run-writer-{n}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
+        self._batch: list[_Item] = []
+        self._pending: deque[Future[None]] = deque()
+        self._pool = (
+            WorkerPool("osmosis-run-writer", most=WRITER_THREADS, backlog=3) if background else None
+        )
 
     def put(self, item: _Item) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._queue is None:
+        if self._pool is None:
             self._commit(item)
             self._out.flush()
             return
@@ -281,40 +275,32 @@ class _Writer:
             self.hand_off()
 
     def hand_off(self) -> None:
-        """Send the rollouts gathered so far to the writer thread."""
-        if self._queue is not None and self._batch:
+        """Send the rollouts gathered so far to the writer threads; raise what they raised."""
+        if self._pool is not None and self._batch:
             batch, self._batch = self._batch, []
-            self._queue.put(batch)
+            self._pending.append(self._pool.submit(self._write_batch, batch))
+        while self._pending and (self._pending[0].done() or len(self._pending) > WRITE_QUEUE):
+            self._pending.popleft().result()  # waits when the writers are behind
 
     def finish(self) -> None:
-        if self._queue is not None:
-            self.hand_off()
-            for _ in self._threads:
-                self._queue.put(None)
-            for thread in self._threads:
-                thread.join()
         try:
-            if self._error is not None:
-                raise self._error
+            self.hand_off()
+            if self._pool is not None:
+                self._pool.shutdown()
+            while self._pending:
+                self._pending.popleft().result()
             self._out.flush()
             os.fsync(self._out.fileno())
         finally:
             self._out.close()
 
-    def _drain(self) -> None:
-        assert self._queue is not None
-        while (batch := self._queue.get()) is not None:
-            if self._error is not None:
-                continue  # keep taking batches, so that nobody waits on a full queue forever
-            try:
-                for item in batch:
-                    self._write_files(item)
-                lines = b"".join(line + b"\n" for _, line, _, _ in batch)
-                with self._lines:  # a batch's lines reach the OS in one system call
-                    self._out.write(lines)
-                    self._out.flush()
-            except BaseException as exc:  # handed to the event loop's thread by put()/finish()
-                self._error = exc
+    def _write_batch(self, batch: list[_Item]) -> None:
+        for item in batch:
+            self._write_files(item)
+        lines = b"".join(line + b"\n" for _, line, _, _ in batch)
+        with self._lines:  # a batch's lines reach the OS in one system call
+            self._out.write(lines)
+            self._out.flush()
 
     def _commit(self, item: _Item) -> None:
         self._write_files(item)
