@@ -15,6 +15,7 @@ from osmosis_run.types import (
     ExecutionRequest,
     ExecutionResult,
     RolloutErrorCategory,
+    RolloutSample,
     RolloutStatus,
 )
 
@@ -142,13 +143,24 @@ def result_document(
                 stage=diagnostics.get("stage"), traceback=diagnostics.get("traceback")
             )
         sample = outcome.result_to_save.sample
-        # The encoder turns any value JSON lacks into its str(); no model_dump needed.
-        doc["sample"] = dict(sample.__dict__) if sample is not None else None
+        doc["sample"] = _sample(sample) if sample is not None else None
         doc["workflow"] = _brief(outcome.workflow)
         doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
     if job.attempt_errors:
         doc["previous_attempts"] = job.attempt_errors
     return encode(doc)
+
+
+def _sample(sample: RolloutSample) -> dict[str, Any]:
+    """The sample for result.json; the encoder turns any value JSON lacks into its str().
+
+    ``trajectory_messages`` is left out when it equals ``messages`` (the usual case): the
+    transcript is written once, and trajectory.json holds it in ATIF form anyway.
+    """
+    fields = dict(sample.__dict__)
+    if fields["trajectory_messages"] == fields["messages"]:
+        del fields["trajectory_messages"]
+    return fields
 
 
 def _brief(result: ExecutionResult) -> dict[str, Any]:
