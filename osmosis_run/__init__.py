@@ -2,19 +2,27 @@
 
 How this package is laid out (data flows one way: cli -> settings -> runner -> backend -> store):
 
-    types.py      SDK data models: configs, samples, requests, results, status enums
-    context.py    what workflows and graders receive; the ambient RolloutContext
-    workflow.py   the AgentWorkflow and Grader base classes users subclass
-    backend.py    ExecutionBackend and LocalBackend (in-process execution)
-    loading.py    "module:attr" -> object, one typed error per failure mode
-    errors.py     the one exception tree
-    dataset.py    JSONL rows -> rollout requests; bad rows become data with file:line
-    runner.py     the eval engine: bounded window, deadlines, retries, resume, interrupts
-    store.py      the run directory: results.jsonl, rollouts/<id>/..., summary.json, run.toml
-    metrics.py    summary statistics and pass@k
-    atif.py       samples -> ATIF v1.7 trajectories
-    cli/          the Typer app; the only place that imports typer and rich
-    examples/     the workflows and graders the README and configs/ run
+    types.py         SDK data models: configs, samples, requests, results, status enums
+    context.py       what workflows and graders receive; the ambient RolloutContext
+    workflow.py      the AgentWorkflow and Grader base classes users subclass
+    backend.py       ExecutionBackend and LocalBackend (in-process execution)
+    loading.py       "module:attr" -> object, one typed error per failure mode
+    errors.py        the one exception tree
+    settings.py      every eval option in one model; CLI > environment > config file > defaults
+    components.py    loading a run's classes, configs and row selection (eval and validate)
+    dataset.py       JSONL rows -> Row objects; bad rows become data with file:line
+    selection.py     which rows a run takes (ranges, ids, shards, seeded shuffle)
+    runner.py        the eval engine: bounded window, deadlines, retries, interrupts
+    rollouts.py      one rollout's identity and the records it leaves
+    store.py         the run directory: results.jsonl, rollouts/<id>/..., summary.json, run.toml
+    workers.py       the worker threads that create files while the event loop runs rollouts
+    records.py       ResultLine and Summary, the public shapes of results.jsonl and summary.json
+    metrics.py       summary statistics and pass@k; gates.py: quality gates, error budget
+    atif.py          samples -> ATIF v1.7 trajectories (atif_models.py validates them)
+    rundata.py       a run directory read back; report.py, compare.py, junit.py,
+                     step_summary.py, html_report.py and validate.py build on it
+    cli/             the Typer app; the only place that imports typer and rich
+    examples/        the workflows and graders the README and configs/ run
 
 The names below are the SDK surface of ``osmosis_ai.rollout``: code written for it ports by
 changing the import line.
