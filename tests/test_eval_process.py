@@ -190,3 +190,27 @@ def test_a_terminal_gets_a_live_progress_bar_and_a_pipe_gets_plain_lines(tmp_pat
     assert plain[0].startswith("osmosis-run: 1/10 rollouts, mean -  errors 0, ")
     assert plain[-1].startswith("osmosis-run: 10/10 rollouts")
     assert "\x1b[" not in piped.stderr
+
+
+def test_a_closed_stdout_stops_the_run_cleanly_and_resumably(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(1000)  # more than a pipe buffer holds)
+    args = [str(data), "-w", "eval_flows:Echo", "-g", "eval_flows:ExactMatch", "--out", "run",
+            "--jsonl", "--max-error-rate", "1"]  # fmt: skip
+    proc = start(args, tmp_path)
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())
+    proc.stdout.close()  # the reader goes away, as `| head -1` does
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert (
+        "osmosis-run: stdout was closed (--jsonl); stopping, finished rollouts are kept" in stderr
+    )
+    assert "Traceback" not in stderr
+    kept = results(tmp_path / "run")
+    assert first["rollout_id"] in {line.rollout_id for line in kept}
+    resumed = subprocess.run(
+        [*EXE, "eval", *args[:-3], "--max-error-rate", "1"], cwd=tmp_path, env=subprocess_env(),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(results(tmp_path / "run")) == 1000

@@ -196,6 +196,7 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
             return run_validate(settings)
         reporter = render.make_reporter(jsonl=settings.jsonl)
         runner = Runner(settings, reporter=reporter)
+        reporter.on_stdout_closed = runner.stop
         runner.prepare()
     except OsmosisRunError as exc:
         render.print_error(exc)

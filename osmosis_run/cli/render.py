@@ -6,11 +6,12 @@ composes in pipelines.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,7 @@ class Reporter:
         self._start = time.monotonic()
         self._next_plain = self._start + PLAIN_EVERY_S
         self._progress: Any = None
+        self.on_stdout_closed: Callable[[], None] | None = None
         self._step = 1 << 62
         self._next_count = 1 << 62
         self._task: Any = None
@@ -99,8 +101,7 @@ class Reporter:
             self.rewarded += 1
             self.reward_sum += line.reward
         if self.jsonl:
-            sys.stdout.buffer.write(raw + b"\n")
-            sys.stdout.buffer.flush()
+            self._stream(raw)
         if self._progress is not None:
             self._progress.update(self._task, advance=1, stats=self._stats())
         elif self.done >= self._next_count or time.monotonic() >= self._next_plain:
@@ -118,6 +119,21 @@ class Reporter:
             self._progress.console.print(message, markup=False)
         else:
             err.print(message, markup=False)
+
+    def _stream(self, raw: bytes) -> None:
+        """Write one results line to stdout; if the reader went away, stop the run cleanly."""
+        try:
+            sys.stdout.buffer.write(raw + b"\n")
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            self.jsonl = False
+            _silence_stdout()
+            err.print(
+                "osmosis-run: stdout was closed (--jsonl); stopping, finished rollouts are kept",
+                markup=False,
+            )
+            if self.on_stdout_closed is not None:
+                self.on_stdout_closed()
 
     def _stats(self) -> str:
         mean = f"mean {self.reward_sum / self.rewarded:.3f}" if self.rewarded else "mean -"
@@ -145,6 +161,16 @@ class Reporter:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # not a real file (a test's capture)
+        pass
 
 
 def make_reporter(*, jsonl: bool) -> Reporter:
