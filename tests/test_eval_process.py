@@ -193,7 +193,7 @@ def test_a_terminal_gets_a_live_progress_bar_and_a_pipe_gets_plain_lines(tmp_pat
 
 
 def test_a_closed_stdout_stops_the_run_cleanly_and_resumably(tmp_path: Path) -> None:
-    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(1000)  # more than a pipe buffer holds)
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(1000))  # more than a pipe buffer holds
     args = [str(data), "-w", "eval_flows:Echo", "-g", "eval_flows:ExactMatch", "--out", "run",
             "--jsonl", "--max-error-rate", "1"]  # fmt: skip
     proc = start(args, tmp_path)
