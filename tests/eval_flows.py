@@ -146,3 +146,12 @@ class Wrong(AgentWorkflow[AgentWorkflowConfig]):
 
     async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
         return [*ctx.prompt, {"role": "assistant", "content": "wrong"}]
+
+
+class Blocking(AgentWorkflow[AgentWorkflowConfig]):
+    """Block the event loop with synchronous code (a bug users do write)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        import time
+
+        time.sleep(3600)  # noqa: ASYNC251

@@ -214,3 +214,14 @@ def test_a_closed_stdout_stops_the_run_cleanly_and_resumably(tmp_path: Path) -> 
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert len(results(tmp_path / "run")) == 1000
+
+
+def test_a_second_interrupt_exits_even_when_a_workflow_blocks_the_loop(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
+    proc = start([str(data), "-w", "eval_flows:Blocking", "--out", "run"], tmp_path)
+    time.sleep(1.0)  # started, and stuck in time.sleep inside the event loop
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=5)
+    assert proc.returncode == 130

@@ -228,26 +228,31 @@ def _fewer_collections() -> Iterator[None]:
 
 
 async def _run_with_signals(runner: Runner, reporter: Any) -> RunOutcome:
-    """Run, turning the first Ctrl-C or SIGTERM into a clean stop and the second into an exit."""
+    """Run, turning the first Ctrl-C or SIGTERM into a clean stop and the second into an exit.
+
+    Plain ``signal`` handlers rather than the loop's: they run even while a workflow's blocking
+    code holds the event loop, so the second Ctrl-C always ends the process at once.
+    """
     loop = asyncio.get_running_loop()
-    signals = (signal.SIGINT, signal.SIGTERM)
     stops = 0
 
-    def on_signal() -> None:
+    def first_stop() -> None:
+        reporter.stopping()
+        runner.stop()
+
+    def on_signal(_signum: int, _frame: object) -> None:
         nonlocal stops
         stops += 1
         if stops > 1:
             os._exit(exit_codes.INTERRUPTED)
-        reporter.stopping()
-        runner.stop()
+        loop.call_soon_threadsafe(first_stop)
 
-    for sig in signals:
-        loop.add_signal_handler(sig, on_signal)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return await runner.run()
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         reporter.close()
 
 
