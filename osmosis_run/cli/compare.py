@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def register(app: typer.Typer) -> None:
     """Add the compare command to ``app``."""
-    app.command("compare", epilog=exit_codes.EXIT_CODES_HELP)(compare_command)
+    app.command("compare", epilog=exit_codes.COMPARE_HELP)(compare_command)
 
 
 def compare_command(

@@ -14,3 +14,16 @@ EXIT_CODES_HELP = (
     "3 error budget exceeded (--max-error-rate; by default any failed, timed-out or invalid "
     "rollout); 130 interrupted (re-run the same command to resume)."
 )
+
+REPORT_HELP = (
+    "Exit codes: 0 the report was written; 2 the directory is not a run directory, a report "
+    "file cannot be written, or an option is invalid."
+)
+COMPARE_HELP = (
+    "Exit codes: 0 compared (and no regression beyond --fail-on-regression); 1 B regressed "
+    "beyond --fail-on-regression with a confidence interval that excludes zero; 2 a run "
+    "directory is unusable or an option is invalid."
+)
+INIT_HELP = (
+    "Exit codes: 0 the project was created; 2 the name is invalid or the folder is not empty."
+)

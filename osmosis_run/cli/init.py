@@ -42,7 +42,7 @@ def _opt(*names: str, help: str) -> Any:  # noqa: A002
 
 def register(app: typer.Typer) -> None:
     """Add the init command to ``app``."""
-    app.command("init")(init_command)
+    app.command("init", epilog=exit_codes.INIT_HELP)(init_command)
 
 
 def init_command(

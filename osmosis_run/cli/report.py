@@ -20,7 +20,7 @@ MESSAGE_CHARS = 160
 
 def register(app: typer.Typer) -> None:
     """Add the report command to ``app``."""
-    app.command("report", epilog=exit_codes.EXIT_CODES_HELP)(report_command)
+    app.command("report", epilog=exit_codes.REPORT_HELP)(report_command)
 
 
 def report_command(
