@@ -53,7 +53,13 @@ from osmosis_run.records import ERROR_STATUSES, STATUSES, ResultLine
 from osmosis_run.rundata import RunData, load_run
 from osmosis_run.store import ROLLOUTS
 
-__all__ = ["render_compare_html", "render_run_html", "write_compare_html", "write_run_html"]
+__all__ = [
+    "render_compare_html",
+    "render_run_html",
+    "save_run_html",
+    "write_compare_html",
+    "write_run_html",
+]
 
 MAX_CONTENT_CHARS = 4_000
 MAX_ARGUMENT_CHARS = 2_000
@@ -105,6 +111,15 @@ def write_run_html(
         RunDirError: ``run_dir`` is not a run directory.
     """
     run = load_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
+    return save_run_html(run, out)
+
+
+def save_run_html(run: RunData, out: Path) -> Path:
+    """Write the report of a run already loaded to ``out`` and return ``out``.
+
+    Raises:
+        ConfigError: ``out`` cannot be written.
+    """
     return _write(out, render_run_html(run, html_dir=out.parent))
 
 
@@ -182,6 +197,8 @@ def _script_json(value: Any) -> str:
 
 def _write(out: Path, text: str) -> Path:
     temporary = out.with_name(f".{out.name}.tmp")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise ConfigError(f"cannot write {out}: {out.parent} is a file; choose another path")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         temporary.write_text(text, encoding="utf-8")

@@ -139,13 +139,6 @@ class Runner:
         self._main: asyncio.Task[Any] | None = None
         self._started = 0.0
 
-    @property
-    def run_dir(self) -> Path:
-        """The run directory (after ``prepare``)."""
-        if self.store is None:
-            raise RuntimeError("call prepare() first")
-        return self.store.dir
-
     def prepare(self) -> None:
         """Load the user's classes and configs, check the dataset, open the run directory.
 

@@ -16,6 +16,7 @@ from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.gates import Verdict
+    from osmosis_run.rundata import RunData
     from osmosis_run.runner import Runner, RunOutcome
     from osmosis_run.settings import EvalSettings
 
@@ -268,9 +269,10 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     budget = check_error_budget(outcome.summary, settings.max_error_rate)
     gates = check_gates(outcome.summary, settings.fail_under)
     try:
-        regression = _baseline_verdicts(settings, outcome)
+        run = _finished_run(settings, outcome)
+        regression = _baseline_verdicts(settings, run)
         verdicts = [*gates, *regression, budget]
-        _write_reports(settings, outcome, verdicts)
+        _write_reports(settings, outcome, run, verdicts)
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
@@ -282,18 +284,27 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     return exit_codes.OK
 
 
-def _baseline_verdicts(settings: EvalSettings, outcome: RunOutcome) -> list[Verdict]:
+def _finished_run(settings: EvalSettings, outcome: RunOutcome) -> RunData | None:
+    """The run read back once, for whichever of --baseline, --junit and --html need it."""
+    if settings.baseline is None and settings.junit is None and settings.html is None:
+        return None
+    from osmosis_run.report import open_run
+
+    return open_run(
+        outcome.run_dir, pass_threshold=settings.pass_threshold, group_by=settings.group_by
+    )
+
+
+def _baseline_verdicts(settings: EvalSettings, run: RunData | None) -> list[Verdict]:
     """``--baseline``: compare this run with an earlier one, as ``osmosis-run compare`` does."""
-    if settings.baseline is None:
+    if settings.baseline is None or run is None:
         return []
     from osmosis_run.cli import render
     from osmosis_run.compare import compare_runs, regression_verdict
     from osmosis_run.report import open_run
 
     comparison = compare_runs(
-        open_run(Path(settings.baseline)),
-        open_run(outcome.run_dir),
-        pass_threshold=settings.pass_threshold,
+        open_run(Path(settings.baseline)), run, pass_threshold=settings.pass_threshold
     )
     render.print_comparison(comparison)
     if settings.fail_on_regression is None:
@@ -301,22 +312,22 @@ def _baseline_verdicts(settings: EvalSettings, outcome: RunOutcome) -> list[Verd
     return [regression_verdict(comparison, settings.fail_on_regression)]
 
 
-def _write_reports(settings: EvalSettings, outcome: RunOutcome, verdicts: list[Verdict]) -> None:
-    """--junit, --html and the GitHub step summary, from the finished run directory."""
+def _write_reports(
+    settings: EvalSettings, outcome: RunOutcome, run: RunData | None, verdicts: list[Verdict]
+) -> None:
+    """--junit, --html and the GitHub step summary, from the finished run."""
     from osmosis_run.cli import render
     from osmosis_run.step_summary import append_step_summary, markdown_summary
 
-    if settings.junit is not None:
+    if settings.junit is not None and run is not None:
         from osmosis_run.junit import write_junit
-        from osmosis_run.rundata import load_run
 
-        lines = load_run(outcome.run_dir).lines
-        write_junit(lines, outcome.summary, Path(settings.junit), suite_name=outcome.run_dir.name)
+        write_junit(run.lines, outcome.summary, Path(settings.junit), suite_name=run.run_dir.name)
         render.err.print(f"osmosis-run: wrote JUnit report {settings.junit}", markup=False)
-    if settings.html is not None:
-        from osmosis_run.html_report import write_run_html
+    if settings.html is not None and run is not None:
+        from osmosis_run.html_report import save_run_html
 
-        write_run_html(outcome.run_dir, Path(settings.html))
+        save_run_html(run, Path(settings.html))
         render.err.print(f"osmosis-run: wrote HTML report {settings.html}", markup=False)
     title = f"osmosis-run eval: {outcome.run_dir.name}"
     append_step_summary(
