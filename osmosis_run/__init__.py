@@ -15,7 +15,8 @@ How this package is laid out (data flows one way: cli -> settings -> runner -> b
     runner.py        the eval engine: bounded window, deadlines, retries, interrupts
     rollouts.py      one rollout's identity and the records it leaves
     store.py         the run directory: results.jsonl, rollouts/<id>/..., summary.json, run.toml
-    workers.py       the worker threads that create files while the event loop runs rollouts
+    writer.py        a writer process makes rollout directories and files on another core
+                     (_writer_child.py, standard library only, is that process)
     records.py       ResultLine and Summary, the public shapes of results.jsonl and summary.json
     metrics.py       summary statistics and pass@k; gates.py: quality gates, error budget
     atif.py          samples -> ATIF v1.7 trajectories (atif_models.py validates them)

@@ -235,14 +235,15 @@ class LocalBackend(ExecutionBackend):
             return _failure(exc, "grader", request.id, sample=ctx.sample)
         return _success(ctx.sample)
 
-    def prepare_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
-        """Make rollouts' artifacts directories ahead of time; safe to call from any thread.
+    def adopt_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
+        """Use artifacts directories a harness made ahead of time for these rollouts.
 
-        A harness that knows which rollouts come next calls this from a worker thread, so the
-        event loop does not wait on the file system when the rollouts start.
+        Each ``<artifact_root>/<id>/artifacts`` must exist already (osmosis-run's writer
+        process makes them in batches); the rollouts then start without a system call.
         """
+        root = self.artifact_root
         for rollout_id in rollout_ids:
-            self._ready[rollout_id] = self.artifacts_dir(rollout_id, likely_new=True)
+            self._ready[rollout_id] = root / rollout_id / "artifacts"
 
     def _workflow_artifacts_dir(self, rollout_id: str) -> Path | None:
         if rollout_id in self._ready:

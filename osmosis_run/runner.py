@@ -49,18 +49,16 @@ from osmosis_run.types import (
     ExecutionResult,
     RolloutErrorCategory,
 )
-from osmosis_run.workers import WorkerPool
 
 __all__ = ["Reporter", "RunOutcome", "Runner"]
 
 LOOKAHEAD = 256
 DIR_BATCH = 32
-DIR_THREADS = 3
 TICK_S = 0.02
-# File-system work (making artifacts directories ahead, writing finished rollouts) runs on
-# worker pools (up to DIR_THREADS here, the store's WRITER_THREADS), so that file creation,
-# which mostly waits on storage, overlaps itself and the event loop's Python work.
-IO_THREADS = True
+# File-system work (making artifacts directories ahead, writing finished rollouts) goes to a
+# writer process (see writer.py) when a run has at least this many rollouts to do; below it,
+# starting one costs more than it saves.
+WRITER_PROCESS_FROM = 200
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0
 TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
@@ -90,14 +88,19 @@ class RunOutcome:
 
 @dataclass(slots=True)
 class _DirBatch:
-    """A batch of artifacts directories being made on the worker thread."""
+    """A batch of artifacts directories the writer process is making."""
 
-    future: Future[None]
-    waiter: asyncio.Future[None] | None = None
+    future: Future[list[str]]
+    waiter: asyncio.Future[list[str]] | None = None
 
     async def wait(self) -> None:
-        """Wait until the batch is made; one event-loop wake-up serves the whole batch."""
+        """Wait until the batch is made; one event-loop wake-up serves the whole batch.
+
+        Raises:
+            OSError: the writer process failed.
+        """
         if self.future.done():
+            self.future.result()
             return
         if self.waiter is None:
             self.waiter = asyncio.wrap_future(self.future)
@@ -114,12 +117,12 @@ class Runner:
         *,
         reporter: Reporter | None = None,
         stall_after_s: float = STALL_AFTER_S,
-        io_threads: bool = IO_THREADS,
+        writer_process: bool = True,
     ) -> None:
         self.settings = settings
         self.reporter = reporter
         self.stall_after_s = stall_after_s
-        self.io_threads = io_threads
+        self.writer_process = writer_process
         self.selection = selection_of(settings)
         self.store: RunStore | None = None
         self.backend: LocalBackend | None = None
@@ -151,7 +154,7 @@ class Runner:
         fingerprint = build_fingerprint(s, self.selection, parts.workflow, parts.grader)
         run_dir = Path(s.out) if s.out else default_run_dir(s, fingerprint)
         secrets = (s.api_key,) if s.api_key else ()
-        self.store = RunStore(run_dir, secrets=secrets, background=self.io_threads)
+        self.store = RunStore(run_dir, secrets=secrets)
         self.store.open(fingerprint, fresh=s.fresh)
         self.backend = LocalBackend(
             workflow=parts.workflow,
@@ -166,6 +169,10 @@ class Runner:
         self._resumed = len(self._finished)
         self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
         self.planned = count_planned(s.dataset, self.selection, s.samples)
+        to_do = None if self.planned is None else self.planned - self._resumed
+        self.store.background = self.writer_process and (
+            to_do is None or to_do >= WRITER_PROCESS_FROM
+        )
 
     @property
     def concurrency(self) -> int | None:
@@ -218,14 +225,18 @@ class Runner:
         return summary
 
     async def _execute(self) -> None:
+        assert self.store is not None
         limit = self.concurrency
         window = asyncio.Semaphore(limit) if limit else None
-        dirs = WorkerPool("osmosis-run-dirs", most=DIR_THREADS, backlog=6)
+        replies = self.store.start_writer()
+        loop = asyncio.get_running_loop()
+        if replies is not None:
+            loop.add_reader(replies, self.store.poll)
         async with asyncio.TaskGroup() as outer:
             ticker = outer.create_task(self._tick())
             try:
                 async with asyncio.TaskGroup() as group:
-                    for job in self._prefetched(self._jobs(), dirs):
+                    for job in self._prefetched(self._jobs()):
                         if job.row.error is not None:
                             self._record(job, invalid_line(job), result=None, request=None)
                             continue
@@ -234,21 +245,20 @@ class Runner:
                         group.create_task(self._run_job(job, window))
             finally:
                 ticker.cancel()
-                dirs.shutdown(cancel=True)
+                if replies is not None:
+                    loop.remove_reader(replies)
 
-    def _prefetched(self, jobs: Iterator[Job], dirs: WorkerPool) -> Iterator[Job]:
-        """Yield jobs whose artifacts directories a worker thread made ahead of time.
+    def _prefetched(self, jobs: Iterator[Job]) -> Iterator[Job]:
+        """Yield jobs whose artifacts directories the writer process is making ahead of time.
 
         Directory creation is most of a trivial rollout's file-system cost; made ahead, in
-        batches, in parallel with the event loop, it is off the rollout's path. The look-ahead
-        is bounded (``LOOKAHEAD`` jobs). Rows from stdin are not read ahead: a live producer's
-        rows start as soon as they arrive.
+        batches, on another core, it is off the rollout's path. The look-ahead is bounded
+        (``LOOKAHEAD`` jobs). Without a writer process, or with rows from stdin (a live
+        producer's rows start as soon as they arrive), the backend makes each when it starts.
         """
-        if not self.io_threads or self.settings.dataset == "-":
+        if self.store is None or not self.store.writer_process or self.settings.dataset == "-":
             yield from jobs
             return
-        assert self.backend is not None
-        prepare = self.backend.prepare_artifacts_dirs
         ahead: deque[Job] = deque()
         batch: list[Job] = []
         for job in jobs:
@@ -256,12 +266,33 @@ class Runner:
             if job.row.error is None:
                 batch.append(job)
             if len(batch) == DIR_BATCH:
-                _submit(dirs, prepare, batch)
+                self._make_dirs(batch)
                 batch = []
             if len(ahead) > LOOKAHEAD:
                 yield ahead.popleft()
-        _submit(dirs, prepare, batch)
+        self._make_dirs(batch)
         yield from ahead
+
+    def _make_dirs(self, batch: list[Job]) -> None:
+        """Have the writer process make a batch of artifacts directories."""
+        assert self.store is not None
+        assert self.backend is not None
+        if not batch:
+            return
+        ids = [job.rollout_id for job in batch]
+        future = self.store.make_dirs(ids)
+        assert future is not None
+        adopt = self.backend.adopt_artifacts_dirs
+
+        def made(done: Future[list[str]]) -> None:
+            if done.exception() is None:
+                failed = set(done.result())
+                adopt(i for i in ids if i not in failed)
+
+        future.add_done_callback(made)
+        ready = _DirBatch(future)
+        for job in batch:
+            job.dirs = ready
 
     async def _tick(self) -> None:
         """Every few milliseconds: hand finished rollouts to the writer; watch for stalls."""
@@ -437,11 +468,3 @@ async def _deadline(
     if scope.expired():  # the user's code swallowed the cancellation, or blocked
         return timed_out(stage, seconds, workflow)
     return result
-
-
-def _submit(dirs: WorkerPool, prepare: Any, batch: list[Job]) -> None:
-    """Make a batch of artifacts directories on the worker thread."""
-    if batch:
-        ready = _DirBatch(dirs.submit(prepare, [job.rollout_id for job in batch]))
-        for job in batch:
-            job.dirs = ready

@@ -8,9 +8,11 @@
 
 A rollout is finished when its line is in results.jsonl: its files are written first, so a hard
 kill leaves at most rollouts whose files exist but whose line does not; they run again on resume
-and overwrite those files. A torn last line is cut off on resume. Writer threads take finished
-rollouts in small batches, handed over every few milliseconds, so what a hard kill can lose
-beyond the rollouts running is bounded (``BATCH * (WRITE_QUEUE + 1)``) and milliseconds old.
+and overwrite those files. A torn last line is cut off on resume. Large runs hand finished
+rollouts to a writer process (``writer.py``) in small batches, every few milliseconds; it
+finishes what it was sent even if the runner is killed, so a crash loses only the rollouts
+running and those finished in the last few milliseconds. A lock on the directory keeps two
+runners (or a resume and the writer process of a killed run) from writing it at once.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
-from collections import deque
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -29,7 +30,7 @@ from pydantic import ValidationError
 
 from osmosis_run.errors import FingerprintMismatchError, RunDirError
 from osmosis_run.records import ResultLine, Summary
-from osmosis_run.workers import WorkerPool
+from osmosis_run.writer import InlineWriter, Item, WriterProcess, start_writer
 
 __all__ = ["RunStore", "read_results", "read_summary"]
 
@@ -86,8 +87,10 @@ class RunStore:
         self.rollouts_dir = run_dir / ROLLOUTS
         self._secrets = tuple(s for s in secrets if s)
         self._secret_bytes = tuple(s.encode() for s in self._secrets)
-        self._background = background
-        self._writer: _Writer | None = None
+        self.background = background  # a writer process for the rollouts, if one can start
+        self._writer: InlineWriter | WriterProcess | None = None
+        self._batch: list[Item] = []
+        self._lock: int | None = None
 
     @property
     def has_secrets(self) -> bool:
@@ -111,6 +114,7 @@ class RunStore:
             _compare(self.dir, json.loads(path.read_text(encoding="utf-8")), fingerprint)
         try:
             self.rollouts_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = _lock(self.dir)
             if not path.exists():
                 self.write_file(
                     FINGERPRINT, json.dumps(dict(fingerprint), indent=2, sort_keys=True)
@@ -194,15 +198,51 @@ class RunStore:
                 data = data.replace(secret, REDACTED.encode())
         return data
 
+    def start_writer(self) -> int | None:
+        """Start writing rollouts (in a writer process when ``background``).
+
+        Returns:
+            A file descriptor that becomes readable when the writer process answers (call
+            ``poll`` then), or None when rollouts are written in this process.
+        """
+        if self._writer is None:
+            self._writer = start_writer(
+                self.dir / RESULTS,
+                self.rollouts_dir,
+                background=self.background,
+                queue=WRITE_QUEUE,
+                keep_open=() if self._lock is None else (self._lock,),
+            )
+        return self._writer.reply_fd if isinstance(self._writer, WriterProcess) else None
+
+    @property
+    def writer_process(self) -> bool:
+        """Whether a writer process writes the rollouts (and can make their directories)."""
+        return isinstance(self._writer, WriterProcess)
+
+    def make_dirs(self, rollout_ids: list[str]) -> Future[list[str]] | None:
+        """Have the writer process make the rollouts' artifacts directories, if there is one.
+
+        The future resolves, in ``poll``, to the ids whose directory could not be made.
+        """
+        if isinstance(self._writer, WriterProcess):
+            return self._writer.make_dirs(rollout_ids)
+        return None
+
+    def poll(self) -> None:
+        """Take the writer process's answers (never blocks)."""
+        if isinstance(self._writer, WriterProcess):
+            self._writer.poll()
+
     def write_rollout(
         self, rollout_id: str, *, line: bytes, result: bytes, trajectory: bytes | None
     ) -> None:
         """Write one finished rollout: its files, then its results line (the commit point).
 
-        With ``background=True`` a writer thread does it while the event loop runs other
-        rollouts; at most ``BATCH * (WRITE_QUEUE + 1)`` finished rollouts wait for it (call
-        ``hand_off`` every few milliseconds), and a hard kill loses those with the ones running
-        (they run again on resume).
+        A writer process gets rollouts in batches of ``BATCH`` (or whatever ``hand_off``
+        finds; call it every few milliseconds) and ``WRITE_QUEUE`` batches at most wait for
+        it. A killed runner loses only the rollouts not handed over yet: they run again on
+        resume.
         """
         item = (
             rollout_id,
@@ -211,122 +251,80 @@ class RunStore:
             self.redact_bytes(trajectory) if trajectory is not None else None,
         )
         if self._writer is None:
-            self._writer = _Writer(
-                self.dir / RESULTS, self.rollouts_dir, background=self._background
-            )
-        self._writer.put(item)
+            self.start_writer()
+        self._batch.append(item)
+        if len(self._batch) >= BATCH or isinstance(self._writer, InlineWriter):
+            self.hand_off()
 
     def hand_off(self) -> None:
-        """Send finished rollouts gathered for the writer thread on their way (call it often)."""
-        if self._writer is not None:
-            self._writer.hand_off()
+        """Send the rollouts gathered so far to the writer (call it often).
+
+        Raises:
+            OSError: the writer could not write an earlier batch.
+        """
+        if self._writer is not None and self._batch:
+            batch, self._batch = self._batch, []
+            self._writer.write(batch)
 
     def write_summary(self, summary: Summary) -> None:
         """Write summary.json."""
         self.write_file(SUMMARY, summary.model_dump_json(indent=2) + "\n")
 
     def close(self) -> None:
-        """Write everything queued and make results.jsonl durable.
+        """Write everything handed over, make results.jsonl durable, release the run.
 
         Raises:
             OSError: the results could not be written (a full disk, say).
         """
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
-            writer.finish()
+        writer, self._writer = self._writer, None
+        batch, self._batch = self._batch, []
+        try:
+            if writer is not None:
+                try:
+                    if batch:
+                        writer.write(batch)
+                except BaseException:
+                    writer.abandon()
+                    raise
+                writer.finish()
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
 
 
 BATCH = 32
 WRITE_QUEUE = 4
-# File creation is slow mostly for waiting on storage, not for CPU, and on a slow disk several
-# requests in flight at once go through faster: up to this many writer threads.
-WRITER_THREADS = 3
-_Item = tuple[str, bytes, bytes, bytes | None]
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+LOCK_WAIT_S = 10.0
 
 
-class _Writer:
-    """The one writer of rollout files and results.jsonl (STYLE: one writer per file).
+def _lock(run_dir: Path) -> int | None:
+    """Lock the run directory (``flock``): one osmosis-run writes a run at a time.
 
-    In the foreground it writes each rollout as it is handed over. In the background worker
-    threads write, and rollouts travel to them in batches (``BATCH`` of them, or whatever
-    ``hand_off`` finds); at most ``WRITE_QUEUE`` batches wait, which bounds both memory and what
-    a hard kill can lose. The pool grows past one thread only while batches pile up (a slow
-    disk), since on a fast one extra threads only contend for the interpreter lock.
+    A writer process left behind by a killed run holds it until it has written what it was
+    sent (milliseconds), so a resume started at once waits for it rather than racing it.
+
+    Raises:
+        RunDirError: another osmosis-run holds it for longer than ``LOCK_WAIT_S``.
     """
-
-    def __init__(self, results: Path, rollouts: Path, *, background: bool) -> None:
-        self._rollouts = rollouts
-        self._out = results.open("ab")
-        self._lines = threading.Lock()
-        self._batch: list[_Item] = []
-        self._pending: deque[Future[None]] = deque()
-        self._pool = (
-            WorkerPool("osmosis-run-writer", most=WRITER_THREADS, backlog=3) if background else None
-        )
-
-    def put(self, item: _Item) -> None:
-        if self._pool is None:
-            self._commit(item)
-            self._out.flush()
-            return
-        self._batch.append(item)
-        if len(self._batch) >= BATCH:
-            self.hand_off()
-
-    def hand_off(self) -> None:
-        """Send the rollouts gathered so far to the writer threads; raise what they raised."""
-        if self._pool is not None and self._batch:
-            batch, self._batch = self._batch, []
-            self._pending.append(self._pool.submit(self._write_batch, batch))
-        while self._pending and (self._pending[0].done() or len(self._pending) > WRITE_QUEUE):
-            self._pending.popleft().result()  # waits when the writers are behind
-
-    def finish(self) -> None:
-        try:
-            self.hand_off()
-            if self._pool is not None:
-                self._pool.shutdown()
-            while self._pending:
-                self._pending.popleft().result()
-            self._out.flush()
-            os.fsync(self._out.fileno())
-        finally:
-            self._out.close()
-
-    def _write_batch(self, batch: list[_Item]) -> None:
-        for item in batch:
-            self._write_files(item)
-        lines = b"".join(line + b"\n" for _, line, _, _ in batch)
-        with self._lines:  # a batch's lines reach the OS in one system call
-            self._out.write(lines)
-            self._out.flush()
-
-    def _commit(self, item: _Item) -> None:
-        self._write_files(item)
-        self._out.write(item[1] + b"\n")
-
-    def _write_files(self, item: _Item) -> None:
-        rollout_id, _, result, trajectory = item
-        where = self._rollouts / rollout_id
-        try:
-            _write(where / "result.json", result)
-        except FileNotFoundError:  # no artifacts directory was made (an invalid row)
-            where.mkdir(parents=True, exist_ok=True)
-            _write(where / "result.json", result)
-        if trajectory is not None:
-            _write(where / "trajectory.json", trajectory)
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Create or replace a file in three system calls (``open()`` makes six)."""
-    fd = os.open(path, _CREATE, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+        import fcntl
+    except ImportError:  # not a POSIX system: no lock
+        return None
+    fd = os.open(run_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise RunDirError(
+                    f"{run_dir} is being written by another osmosis-run; wait for it to finish "
+                    "or choose another --out"
+                ) from None
+            time.sleep(0.05)
 
 
 def _compare(run_dir: Path, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:

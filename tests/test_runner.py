@@ -56,8 +56,10 @@ def test_no_stall_reports_when_a_deadline_bounds_rollouts(tmp_path: Path) -> Non
     assert [kind for kind, _ in recorder.events] == ["started", "finished", "finished"]
 
 
-@pytest.mark.parametrize("io_threads", [True, False])
-def test_results_are_the_same_with_or_without_io_threads(tmp_path: Path, io_threads: bool) -> None:
+@pytest.mark.parametrize("writer_process", [True, False])
+def test_results_are_the_same_with_or_without_writer_process(
+    tmp_path: Path, writer_process: bool
+) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", [*qa_rows(70), "not json"])
     s = EvalSettings.model_validate(
         {
@@ -68,7 +70,7 @@ def test_results_are_the_same_with_or_without_io_threads(tmp_path: Path, io_thre
             "concurrency": 8,
         }
     )
-    outcome = asyncio.run(Runner(s, io_threads=io_threads).run())
+    outcome = asyncio.run(Runner(s, writer_process=writer_process).run())
     assert outcome.summary.rollouts == 71
     assert outcome.summary.counts == {"invalid": 1, "success": 70}
     lines = (tmp_path / "run/results.jsonl").read_text().splitlines()

@@ -1,0 +1,259 @@
+"""Who makes rollout directories and writes rollout files: a writer process, or this one.
+
+A trivial rollout costs tens of microseconds of Python and about as much in system calls
+(two directories, two files, a line). Threads cannot overlap the two: every system call hands
+the interpreter lock back and waits to get it again behind the event loop. A child process
+(``_writer_child.py``, standard library only, started in milliseconds) has its own interpreter,
+so the file system work runs on another core while the event loop runs the next rollouts.
+
+``WriterProcess`` sends it frames through a pipe and reads its replies without blocking (the
+event loop watches ``reply_fd``); ``InlineWriter`` does the same work in this process, for small
+runs and as the fallback when no child can be started. Both write through the same functions,
+so the run directory they leave is the same byte for byte.
+
+Durability: the child commits a batch (appends its results lines) after writing its files. If
+the runner is killed, the child still finishes every batch it was sent, then exits; a resume
+waits for it (the run directory's lock is inherited by the child). At most ``queue`` batches are
+unanswered at a time, which bounds memory and what a power loss can take.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import struct
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+from osmosis_run import _writer_child as child
+
+__all__ = ["InlineWriter", "Item", "WriterProcess", "start_writer"]
+
+Item = tuple[str, bytes, bytes, bytes | None]  # rollout id, results line, result.json, trajectory
+_PIPE_BYTES = 1 << 20  # room for a few batches, so handing one over rarely waits
+_READ_BYTES = 1 << 16
+
+
+def pack(items: Sequence[Item]) -> bytes:
+    """The payload of a W frame."""
+    parts: list[bytes] = []
+    for rollout_id, line, result, trajectory in items:
+        name = os.fsencode(rollout_id)
+        size = -1 if trajectory is None else len(trajectory)
+        parts += (child.ITEM.pack(len(name), len(result), size, len(line) + 1), name, result)
+        if trajectory is not None:
+            parts.append(trajectory)
+        parts += (line, b"\n")
+    return b"".join(parts)
+
+
+class InlineWriter:
+    """Write rollouts in this process, as each is handed over."""
+
+    def __init__(self, results: Path, rollouts: Path) -> None:
+        self._root = str(rollouts)
+        self._results = os.open(
+            results, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
+
+    def write(self, items: Sequence[Item]) -> None:
+        """Write the rollouts' files, then append their lines."""
+        child.write_batch(self._root, self._results, pack(items))
+
+    def finish(self) -> None:
+        """Make results.jsonl durable and close it."""
+        try:
+            os.fsync(self._results)
+        finally:
+            os.close(self._results)
+
+    def abandon(self) -> None:
+        """Close without waiting (the run failed)."""
+        os.close(self._results)
+
+
+class WriterProcess:
+    """Hand directories and rollouts to a writer process.
+
+    Args:
+        results: results.jsonl.
+        rollouts: the rollouts/ directory.
+        queue: write batches unanswered at most; ``write`` waits beyond it.
+        keep_open: file descriptors the child inherits (the run directory's lock).
+
+    Raises:
+        OSError: the child cannot be started.
+    """
+
+    def __init__(
+        self, results: Path, rollouts: Path, *, queue: int, keep_open: Sequence[int] = ()
+    ) -> None:
+        self._queue = queue
+        self._process = subprocess.Popen(
+            [sys.executable, "-I", "-S", child.__file__, str(results), str(rollouts)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+            start_new_session=True,  # Ctrl-C reaches the runner, which decides what to finish
+            pass_fds=tuple(keep_open),
+        )
+        assert self._process.stdin is not None
+        assert self._process.stdout is not None
+        self._to = self._process.stdin.fileno()
+        self._from = self._process.stdout.fileno()
+        _grow(self._to)
+        os.set_blocking(self._from, False)
+        self._seq = 0
+        self._unanswered: deque[tuple[int, Future[list[str]] | None]] = deque()
+        self._writes = 0
+        self._replies = bytearray()
+        self._error: OSError | None = None
+        self._ended = False
+
+    @property
+    def reply_fd(self) -> int:
+        """Readable when replies arrive: call ``poll`` then."""
+        return self._from
+
+    def make_dirs(self, rollout_ids: Sequence[str]) -> Future[list[str]]:
+        """Have the child make the rollouts' artifacts directories.
+
+        The future resolves (in ``poll``) to the ids whose directory could not be made.
+        """
+        future: Future[list[str]] = Future()
+        self._send(b"D", b"\0".join(os.fsencode(i) for i in rollout_ids), future)
+        return future
+
+    def write(self, items: Sequence[Item]) -> None:
+        """Hand over a batch; wait while ``queue`` batches are unanswered.
+
+        Raises:
+            OSError: the child could not write an earlier batch, or died.
+        """
+        self._send(b"W", pack(items), None)
+        self._writes += 1
+        while self._writes > self._queue:
+            self._wait()
+
+    def poll(self) -> None:
+        """Take the replies that have arrived; never blocks, never raises (see ``write``)."""
+        while self._error is None and not self._ended:
+            try:
+                data = os.read(self._from, _READ_BYTES)
+            except BlockingIOError:
+                return
+            if not data:  # the child exited: after F, or it died
+                self._ended = True
+                if self._unanswered:
+                    self._fail(
+                        OSError(errno.EIO, f"the writer process exited ({self._exit_code()})")
+                    )
+                return
+            self._replies += data
+            self._take_replies()
+
+    def finish(self) -> None:
+        """Wait for everything handed over, make results.jsonl durable, stop the child.
+
+        Raises:
+            OSError: something could not be written.
+        """
+        try:
+            self._send(b"F", b"", None)
+            while self._unanswered:
+                self._wait()
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Close the pipe; the child finishes what it was sent, then exits."""
+        assert self._process.stdin is not None
+        assert self._process.stdout is not None
+        with contextlib.suppress(OSError):
+            self._process.stdin.close()
+        self._process.wait()
+        self._process.stdout.close()
+
+    def _send(self, kind: bytes, payload: bytes, future: Future[list[str]] | None) -> None:
+        self._raise()
+        self._seq += 1
+        self._unanswered.append((self._seq, future))
+        try:
+            child.write_all(self._to, child.HEADER.pack(kind, self._seq, len(payload)) + payload)
+        except BrokenPipeError:
+            self.poll()  # the child's last words, if any
+            self._fail(OSError(errno.EIO, f"the writer process exited ({self._exit_code()})"))
+            self._raise()
+
+    def _wait(self) -> None:
+        self._raise()
+        select.select([self._from], [], [])
+        self.poll()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _take_replies(self) -> None:
+        header = child.HEADER
+        while len(self._replies) >= header.size:
+            kind, seq, size = header.unpack_from(self._replies)
+            if len(self._replies) < header.size + size:
+                return
+            body = bytes(self._replies[header.size : header.size + size])
+            del self._replies[: header.size + size]
+            expected, future = self._unanswered.popleft()
+            assert seq == expected, f"writer process replied to {seq}, expected {expected}"
+            if kind == b"E":
+                (code,) = struct.unpack_from("<i", body)
+                message, _, filename = body[4:].decode(errors="replace").partition("\0")
+                self._fail(OSError(code, message, filename or None))
+                return
+            if future is None:
+                self._writes -= 1
+            else:
+                future.set_result([os.fsdecode(i) for i in body.split(b"\0") if i])
+
+    def _fail(self, error: OSError) -> None:
+        """Remember the first error; fail every directory batch still waiting with it."""
+        if self._error is None:
+            self._error = error
+        while self._unanswered:
+            _, future = self._unanswered.popleft()
+            if future is not None and not future.done():
+                future.set_exception(error)
+
+    def _exit_code(self) -> str:
+        code = self._process.poll()
+        return "still running" if code is None else f"exit code {code}"
+
+
+def start_writer(
+    results: Path, rollouts: Path, *, background: bool, queue: int, keep_open: Sequence[int] = ()
+) -> InlineWriter | WriterProcess:
+    """A writer process when ``background`` and one can start, else an inline writer."""
+    if background and sys.executable and os.path.isfile(child.__file__):
+        try:
+            return WriterProcess(results, rollouts, queue=queue, keep_open=keep_open)
+        except OSError:
+            pass  # no child processes here: write inline
+    return InlineWriter(results, rollouts)
+
+
+def _grow(fd: int) -> None:
+    """Enlarge a pipe's buffer (Linux only), so that handing a batch over rarely waits."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, set_size, _PIPE_BYTES)
