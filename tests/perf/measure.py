@@ -33,12 +33,17 @@ print(json.dumps({"rc": rc, "wall_s": wall, "maxrss_kib": ru.ru_maxrss,
 
 @dataclass(frozen=True)
 class Measured:
-    """One finished process: exit code, wall, peak RSS, CPU, and what it printed."""
+    """One finished process: exit code, wall, peak RSS, CPU, and what it printed.
+
+    CPU includes the process's children (osmosis-run's writer process); peak RSS is the largest
+    single process's, which is osmosis-run's own (its writer process stays near 10 MiB).
+    """
 
     rc: int
     wall_s: float
     rss_mib: float
     cpu_s: float
+    sys_s: float
     stdout: str
     stderr: str
 
@@ -73,6 +78,7 @@ def measure(cmd: list[str], *, cwd: Path, logs: Path) -> Measured:
         wall_s=report["wall_s"],
         rss_mib=report["maxrss_kib"] / 1024,
         cpu_s=report["user_s"] + report["sys_s"],
+        sys_s=report["sys_s"],
         stdout=out.read_text(encoding="utf-8", errors="replace"),
         stderr=err.read_text(encoding="utf-8", errors="replace"),
     )
