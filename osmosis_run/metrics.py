@@ -25,15 +25,17 @@ from osmosis_run.records import (
 __all__ = ["MetricsAccumulator", "pass_at_k", "pass_hat_k", "summarize"]
 
 FIRST_ERRORS = 5
+_KEY_CACHE = 4096
 
 
 class _Sketch:
     """Exact count, mean, std, min, max; quantiles from a rounded-value histogram."""
 
-    __slots__ = ("_digits", "count", "high", "histogram", "low", "total", "total_sq")
+    __slots__ = ("_format", "_keys", "count", "high", "histogram", "low", "total", "total_sq")
 
     def __init__(self, digits: int) -> None:
-        self._digits = digits
+        self._format = f".{digits}g"
+        self._keys: dict[float, float] = {}  # value -> its rounded key; values repeat a lot
         self.count = 0
         self.total = 0.0
         self.total_sq = 0.0
@@ -45,9 +47,16 @@ class _Sketch:
         self.count += 1
         self.total += value
         self.total_sq += value * value
-        self.low = min(self.low, value)
-        self.high = max(self.high, value)
-        self.histogram[float(f"{value:.{self._digits}g}")] += 1
+        if value < self.low:
+            self.low = value
+        if value > self.high:
+            self.high = value
+        key = self._keys.get(value)
+        if key is None:
+            key = float(format(value, self._format))
+            if len(self._keys) < _KEY_CACHE:
+                self._keys[value] = key
+        self.histogram[key] += 1
 
     def distribution(self) -> Distribution:
         if not self.count:

@@ -129,6 +129,9 @@ class Runner:
         self.planned: int | None = None
         self._finished: set[str] = set()
         self._resumed = 0
+        self._kept: Summary | None = (
+            None  # a complete run's summary.json, resumed with nothing to do
+        )
         self._endpoint = RolloutContext(
             chat_completions_url=settings.chat_completions_url or "", api_key=settings.api_key
         )
@@ -163,16 +166,43 @@ class Runner:
             grader_config=parts.grader_config,
             artifact_root=self.store.rollouts_dir.absolute(),
         )
-        self._finished = self.store.load_finished(
-            drop_failed=s.retry_failed, on_line=self._metrics.add
-        )
-        self._resumed = len(self._finished)
-        self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
         self.planned = count_planned(s.dataset, self.selection, s.samples)
+        self._kept = self._kept_summary()
+        if self._kept is not None:
+            self._resumed = self._kept.rollouts
+        else:
+            self._finished = self.store.load_finished(
+                drop_failed=s.retry_failed, on_line=self._metrics.add
+            )
+            self._resumed = len(self._finished)
+        self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
         to_do = None if self.planned is None else self.planned - self._resumed
         self.store.background = self.writer_process and (
             to_do is None or to_do >= WRITER_PROCESS_FROM
         )
+
+    def _kept_summary(self) -> Summary | None:
+        """A finished run's summary.json, when nothing is left to do and it still holds.
+
+        Reading every result back is most of a resume's cost, and pointless when the run is
+        complete: summary.json serves when results.jsonl has not changed since it was written
+        and it counts every planned rollout with this run's threshold, grouping and samples.
+        """
+        s, store = self.settings, self.store
+        if s.retry_failed or self.planned is None or store is None:
+            return None
+        kept = store.current_summary()
+        if (
+            kept is None
+            or not kept.complete
+            or kept.interrupted
+            or kept.rollouts != self.planned
+            or kept.pass_threshold != s.pass_threshold
+            or kept.group_by != s.group_by
+            or kept.samples_per_row != s.samples
+        ):
+            return None
+        return kept
 
     @property
     def concurrency(self) -> int | None:
@@ -195,9 +225,7 @@ class Runner:
         self._main = asyncio.current_task()
         self._started = time.perf_counter()
         if self.reporter is not None:
-            self.reporter.started(
-                run_dir=self.store.dir, planned=self.planned, done=len(self._finished)
-            )
+            self.reporter.started(run_dir=self.store.dir, planned=self.planned, done=self._resumed)
         interrupted = False
         try:
             await self._execute()
@@ -208,12 +236,13 @@ class Runner:
             interrupted = True
         finally:
             summary = self.summary(interrupted=interrupted)
-            self.store.write_summary(summary)
-            self.store.close()
+            self.store.close(summary)
         return RunOutcome(run_dir=self.store.dir, summary=summary, interrupted=interrupted)
 
     def summary(self, *, interrupted: bool = False) -> Summary:
         """The summary of what has finished so far."""
+        if self._kept is not None:
+            return self._kept
         wall = time.perf_counter() - self._started if self._started else None
         summary = self._metrics.summary(planned=self.planned, wall_s=wall)
         summary.interrupted = interrupted
@@ -314,6 +343,8 @@ class Runner:
 
     def _jobs(self) -> Iterator[Job]:
         assert self.settings.dataset is not None
+        if self.planned is not None and self._resumed >= self.planned:
+            return  # all finished before: the fingerprint pins the dataset and the selection
         for row in select(iter_rows(self.settings.dataset), self.selection):
             for k in range(self.settings.samples):
                 rid = rollout_id(row.part, k)

@@ -270,8 +270,10 @@ class RunStore:
         """Write summary.json."""
         self.write_file(SUMMARY, summary.model_dump_json(indent=2) + "\n")
 
-    def close(self) -> None:
-        """Write everything handed over, make results.jsonl durable, release the run.
+    def close(self, summary: Summary | None = None) -> None:
+        """Write everything handed over and make it durable, then ``summary``; release the run.
+
+        summary.json is written only once every result it counts is in results.jsonl.
 
         Raises:
             OSError: the results could not be written (a full disk, say).
@@ -287,10 +289,23 @@ class RunStore:
                     writer.abandon()
                     raise
                 writer.finish()
+            if summary is not None:
+                self.write_summary(summary)
         finally:
             if self._lock is not None:
                 os.close(self._lock)
                 self._lock = None
+
+    def current_summary(self) -> Summary | None:
+        """summary.json, if results.jsonl has not changed since it was written."""
+        try:
+            results = (self.dir / RESULTS).stat().st_mtime_ns
+            written = (self.dir / SUMMARY).stat().st_mtime_ns
+            if results > written:
+                return None
+            return read_summary(self.dir)
+        except (OSError, ValueError):  # gone, unreadable, or not a summary (ValidationError)
+            return None
 
 
 BATCH = 32

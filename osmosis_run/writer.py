@@ -117,6 +117,11 @@ class WriterProcess:
         self._ended = False
 
     @property
+    def pid(self) -> int:
+        """The writer process's id."""
+        return self._process.pid
+
+    @property
     def reply_fd(self) -> int:
         """Readable when replies arrive: call ``poll`` then."""
         return self._from

@@ -349,6 +349,40 @@ def test_rerunning_resumes_and_skips_finished_rollouts(cli: Cli, tmp_path: Path)
     assert len(results(tmp_path / "r")) == 2
 
 
+def test_a_complete_run_resumed_keeps_its_summary_without_rereading(
+    cli: Cli, tmp_path: Path
+) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(4))
+    assert eval_(cli, data, "--max-error-rate", "1", out=Path("r")).exit_code == 0
+    first = Summary.model_validate_json((tmp_path / "r/summary.json").read_bytes())
+    assert first.wall_s is not None
+    assert first.wall_s > 0
+    again = eval_(cli, data, "--max-error-rate", "1", out=Path("r"))
+    assert again.exit_code == 0
+    assert "4 rollouts, 4 already done" in again.stderr
+    kept = Summary.model_validate_json((tmp_path / "r/summary.json").read_bytes())
+    assert kept == first  # the first run's wall and throughput, not a no-op's
+    # Another threshold changes what "passed" means: the results are read again.
+    lower = eval_(cli, data, "--max-error-rate", "1", "--pass-threshold", "0", out=Path("r"))
+    assert lower.exit_code == 0
+    recounted = Summary.model_validate_json((tmp_path / "r/summary.json").read_bytes())
+    assert (first.passed, recounted.passed) == (2, 4)
+
+
+def test_a_results_file_changed_after_its_summary_is_read_again(cli: Cli, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(4))
+    assert eval_(cli, data, "--max-error-rate", "1", out=Path("r")).exit_code == 0
+    path = tmp_path / "r/results.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]))  # one result lost, by hand, after the summary
+    summary = os.stat(tmp_path / "r/summary.json")
+    os.utime(path, ns=(summary.st_atime_ns, summary.st_mtime_ns + 1))
+    again = eval_(cli, data, "--max-error-rate", "1", out=Path("r"))
+    assert again.exit_code == 0
+    assert "4 rollouts, 3 already done" in again.stderr
+    assert len(results(tmp_path / "r")) == 4
+
+
 def test_default_run_directory_is_found_again(cli: Cli, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
     first = cli("eval", str(data), *ECHO, "--max-error-rate", "1")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import TESTS_DIR, qa_rows, write_jsonl
 
+from osmosis_run import runner as runner_module
 from osmosis_run.records import ResultLine
 from osmosis_run.runner import Runner
 from osmosis_run.settings import EvalSettings
@@ -57,9 +58,10 @@ def test_no_stall_reports_when_a_deadline_bounds_rollouts(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("writer_process", [True, False])
-def test_results_are_the_same_with_or_without_writer_process(
-    tmp_path: Path, writer_process: bool
+def test_results_are_the_same_with_or_without_a_writer_process(
+    tmp_path: Path, writer_process: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(runner_module, "WRITER_PROCESS_FROM", 1)
     data = write_jsonl(tmp_path / "d.jsonl", [*qa_rows(70), "not json"])
     s = EvalSettings.model_validate(
         {
@@ -70,7 +72,10 @@ def test_results_are_the_same_with_or_without_writer_process(
             "concurrency": 8,
         }
     )
-    outcome = asyncio.run(Runner(s, writer_process=writer_process).run())
+    runner = Runner(s, writer_process=writer_process)
+    outcome = asyncio.run(runner.run())
+    assert runner.store is not None
+    assert runner.store.background is writer_process
     assert outcome.summary.rollouts == 71
     assert outcome.summary.counts == {"invalid": 1, "success": 70}
     lines = (tmp_path / "run/results.jsonl").read_text().splitlines()
@@ -83,3 +88,16 @@ def test_results_are_the_same_with_or_without_writer_process(
             "trajectory.json",
         ]
         assert (where / "artifacts/echo.txt").read_text() == f"p{i}"
+
+
+def test_small_runs_write_in_process(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(3))
+    s = EvalSettings.model_validate(
+        {"dataset": str(data), "workflow": "eval_flows:Echo", "out": str(tmp_path / "run")}
+    )
+    runner = Runner(s)
+    runner.prepare()
+    assert runner.store is not None
+    assert runner.store.background is False  # 3 rollouts: a writer process would cost more
+    asyncio.run(runner.run())
+    assert len((tmp_path / "run/results.jsonl").read_text().splitlines()) == 3

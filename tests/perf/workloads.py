@@ -229,7 +229,18 @@ class Bench:
         return self.run_eval(cmd, rows=rows, name=name)
 
     def warm_up(self) -> None:
-        """Run --help and a 1-row eval once, unmeasured, so that caches are warm for everyone."""
+        """Run --help and a 1-row eval once, unmeasured, so that caches are warm for everyone.
+
+        Bytecode is compiled first, as ``pip install`` does: with PYTHONDONTWRITEBYTECODE set
+        (this machine sets it) an editable install would otherwise compile every module of
+        osmosis-run and of the benchmark's workflows at each start.
+        """
+        import compileall
+
+        import osmosis_run
+
+        for folder in (Path(osmosis_run.__file__).parent, self.ws.root):
+            compileall.compile_dir(folder, quiet=1)
         log("warm-up: osmosis-run --help and a 1-row eval (not measured)")
         self._measure([*self.cli, "--help"], "warm-up").check("osmosis-run --help")
         self.trivial_eval(1, "warm-up")

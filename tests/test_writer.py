@@ -1,0 +1,232 @@
+"""The writer process and the inline writer: same bytes, errors, crashes, the run-dir lock."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import subprocess_env
+
+from osmosis_run import _writer_child as child
+from osmosis_run import store as store_module
+from osmosis_run.errors import RunDirError
+from osmosis_run.store import RunStore
+from osmosis_run.writer import InlineWriter, Item, WriterProcess, pack
+
+
+def items(n: int, *, start: int = 0) -> list[Item]:
+    """n rollouts; every third has no trajectory, every fifth a multi-byte name."""
+    made: list[Item] = []
+    for i in range(start, start + n):
+        rid = f"r{i}-é.s0" if i % 5 == 0 else f"r{i}.s0"
+        line = json.dumps({"rollout_id": rid, "i": i}).encode()
+        result = json.dumps({"result": i, "pad": "x" * (i % 700)}).encode()
+        trajectory = None if i % 3 == 0 else json.dumps({"steps": [i] * 50}).encode()
+        made.append((rid, line, result, trajectory))
+    return made
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` and its bytes (None for a directory)."""
+    return {
+        str(p.relative_to(root)): None if p.is_dir() else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def process(tmp_path: Path) -> Iterator[WriterProcess]:
+    (tmp_path / "rollouts").mkdir()
+    writer = WriterProcess(tmp_path / "results.jsonl", tmp_path / "rollouts", queue=2)
+    yield writer
+    writer.abandon()
+
+
+def test_both_writers_leave_the_same_bytes(tmp_path: Path) -> None:
+    runs = {}
+    for name in ("inline", "process"):
+        where = tmp_path / name
+        (where / "rollouts").mkdir(parents=True)
+        batches = [items(7), items(40, start=7), items(1, start=47)]
+        if name == "inline":
+            inline = InlineWriter(where / "results.jsonl", where / "rollouts")
+            for batch in batches:
+                inline.write(batch)
+            inline.finish()
+        else:
+            writer = WriterProcess(where / "results.jsonl", where / "rollouts", queue=1)
+            made = writer.make_dirs([rid for rid, *_ in batches[1]])
+            for batch in batches:
+                writer.write(batch)
+            writer.finish()
+            assert made.result(timeout=0) == []
+        runs[name] = tree(where)
+    inline_tree = {k: v for k, v in runs["inline"].items() if not k.endswith("artifacts")}
+    process_tree = {k: v for k, v in runs["process"].items() if not k.endswith("artifacts")}
+    assert process_tree == inline_tree
+    lines = (tmp_path / "process/results.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["i"] for line in lines] == list(range(48))
+    assert runs["process"]["rollouts/r7.s0/artifacts"] is None
+    assert "rollouts/r6.s0/trajectory.json" not in process_tree
+    assert process_tree["rollouts/r5-é.s0/result.json"] == items(1, start=5)[0][2]
+
+
+def test_make_dirs_answers_with_the_ids_it_could_not_make(
+    tmp_path: Path, process: WriterProcess
+) -> None:
+    (tmp_path / "rollouts/blocked.s0").write_text("a file where a directory should go")
+    made = process.make_dirs(["a.s0", "blocked.s0", "b.s0"])
+    process.finish()
+    assert made.result(timeout=0) == ["blocked.s0"]
+    assert (tmp_path / "rollouts/a.s0/artifacts").is_dir()
+    assert (tmp_path / "rollouts/b.s0/artifacts").is_dir()
+
+
+def test_make_dirs_accepts_directories_that_exist(tmp_path: Path, process: WriterProcess) -> None:
+    (tmp_path / "rollouts/a.s0/artifacts").mkdir(parents=True)
+    (tmp_path / "rollouts/a.s0/artifacts/kept.txt").write_text("kept")
+    made = process.make_dirs(["a.s0"])
+    process.finish()
+    assert made.result(timeout=0) == []
+    assert (tmp_path / "rollouts/a.s0/artifacts/kept.txt").read_text() == "kept"
+
+
+def test_a_write_error_is_raised_with_its_errno_and_path(tmp_path: Path) -> None:
+    (tmp_path / "rollouts/r1.s0").mkdir(parents=True)
+    (tmp_path / "rollouts/r1.s0/result.json").mkdir()  # a directory where the file should go
+    writer = WriterProcess(tmp_path / "results.jsonl", tmp_path / "rollouts", queue=5)
+    writer.write(items(1))
+    writer.write(items(1, start=1))
+    writer.write(items(1, start=2))
+    with pytest.raises(OSError, match="Is a directory") as raised:
+        writer.finish()
+    assert raised.value.errno == errno.EISDIR
+    assert raised.value.filename == str(tmp_path / "rollouts/r1.s0/result.json")
+    # r0 committed; r1 failed, so its line is not there; r2 came after the error: not written
+    assert (tmp_path / "results.jsonl").read_bytes() == items(1)[0][1] + b"\n"
+    assert not (tmp_path / "rollouts/r2.s0").exists()
+
+
+def test_a_write_error_surfaces_at_the_next_hand_over_once_the_queue_is_full(
+    tmp_path: Path, process: WriterProcess
+) -> None:
+    (tmp_path / "rollouts/r1.s0/result.json").mkdir(parents=True)
+    process.write(items(1, start=1))
+    process.write(items(1, start=2))
+    with pytest.raises(IsADirectoryError):
+        process.write(items(1, start=3))  # a third batch waits for the first answer
+
+
+def test_a_dead_writer_process_is_an_error_naming_its_exit(
+    tmp_path: Path, process: WriterProcess
+) -> None:
+    os.kill(process.pid, signal.SIGKILL)
+    os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)  # dead, not yet reaped
+
+    def keep_writing() -> None:
+        for _ in range(100):  # the first writes may still fit in the pipe
+            process.write(items(3))
+
+    with pytest.raises(OSError, match=r"^\[Errno 5\] the writer process exited \(exit code -9\)$"):
+        keep_writing()
+
+
+def test_a_torn_last_frame_is_dropped(tmp_path: Path) -> None:
+    (tmp_path / "rollouts").mkdir()
+    whole = pack(items(2))
+    torn = pack(items(2, start=2))
+    frames = child.HEADER.pack(b"W", 1, len(whole)) + whole
+    frames += child.HEADER.pack(b"W", 2, len(torn)) + torn[:-7]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            child.__file__,
+            str(tmp_path / "results.jsonl"),
+            str(tmp_path / "rollouts"),
+        ],
+        input=frames,
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == child.HEADER.pack(b"A", 1, 0)
+    assert (tmp_path / "results.jsonl").read_bytes() == b"".join(i[1] + b"\n" for i in items(2))
+    assert not (tmp_path / "rollouts/r2.s0").exists()
+
+
+KILLED_RUNNER = """
+import os, signal, sys
+from pathlib import Path
+from osmosis_run.store import RunStore
+store = RunStore(Path(sys.argv[1]), background=True)
+store.open({"k": 1}, fresh=False)
+store.start_writer()
+for i in range(400):
+    line = ('{"rollout_id": "r%d.s0", "row_index": %d}' % (i, i)).encode()
+    store.write_rollout(f"r{i}.s0", line=line, result=b"{}" * 2000, trajectory=b"[]" * 2000)
+store.hand_off()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_runner_loses_nothing_it_handed_over_and_a_resume_waits(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    killed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(KILLED_RUNNER), str(run)],
+        env=subprocess_env(),
+        capture_output=True,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = RunStore(run)
+    resumed.open({"k": 1}, fresh=False)  # waits for the orphaned writer process to finish
+    lines = (run / "results.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["row_index"] for line in lines] == list(range(400))
+    assert (run / "rollouts/r399.s0/trajectory.json").read_bytes() == b"[]" * 2000
+    resumed.close()
+
+
+def test_a_run_directory_another_runner_holds_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "LOCK_WAIT_S", 0.2)
+    first = RunStore(tmp_path / "run")
+    first.open({"k": 1}, fresh=False)
+    started = time.monotonic()
+    with pytest.raises(RunDirError) as refused:
+        RunStore(tmp_path / "run").open({"k": 1}, fresh=False)
+    assert time.monotonic() - started >= 0.2
+    assert str(refused.value) == (
+        f"{tmp_path / 'run'} is being written by another osmosis-run; wait for it to finish "
+        "or choose another --out"
+    )
+    first.close()
+    second = RunStore(tmp_path / "run")
+    second.open({"k": 1}, fresh=False)  # free again
+    second.close()
+
+
+def test_the_lock_is_on_the_directory_and_leaves_no_file(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "run")
+    store.open({"k": 1}, fresh=False)
+    fd = os.open(tmp_path / "run", os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        store.close()
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["fingerprint.json", "rollouts"]
