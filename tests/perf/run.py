@@ -1,4 +1,4 @@
-"""The benchmark command: ``python -m tests.perf [--only W1,W3] [--scale F] [--keep] [--strict]``.
+"""The benchmark command: ``python -m tests.perf [--only W1,W3] [--scale F] [--keep] [--strict] [--no-settle]``.
 
 Exit codes: 0 every requested workload was measured (whether or not its target holds); 1 with
 ``--strict``, a target does not hold or a workload could not be measured; 2 the benchmark cannot
@@ -11,6 +11,7 @@ import argparse
 import json
 import time
 
+from .settle import settle
 from .workloads import Bench, Line, log
 from .workspace import HarnessError, Workspace, find_floor, osmosis_run_command
 
@@ -27,6 +28,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
+    parser.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="measure at once, without waiting for the disk to settle after recent deletions",
+    )
     args = parser.parse_args(argv)
     chosen = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
     unknown = [w for w in chosen if w not in ALL]
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"osmosis-run: {' '.join(cli)}; floor: {floor}; workspace: {ws.root}")
         bench = Bench(ws, cli=cli, floor=floor, scale=args.scale)
         bench.warm_up()
+        if not args.no_settle:
+            settle(ws.root / "settle")
         for workload in _plan(args.chosen):
             line = _run_one(bench, workload)
             held = held and bool(line["holds"])
