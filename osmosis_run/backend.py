@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from osmosis_run.construct import construct
 from osmosis_run.context import (
     AgentWorkflowContext,
     GraderContext,
@@ -332,8 +333,9 @@ async def _sample_from(
     if output.messages is None:
         return None
     # The output was validated just now: build the sample without validating it a second time.
-    # Every field given: model_construct then skips its default factories, which cost more.
-    return RolloutSample.model_construct(
+    # Every field given: no default factory runs.
+    return construct(
+        RolloutSample,
         messages=output.messages,
         trajectory_messages=json_copy(output.messages),
         label=request.label,
@@ -346,7 +348,8 @@ async def _sample_from(
 
 def _success(sample: RolloutSample | None) -> ExecutionResult:
     # Every field is known good here: skip validation, which runs twice per rollout.
-    return ExecutionResult.model_construct(
+    return construct(
+        ExecutionResult,
         status=RolloutStatus.SUCCESS,
         sample=sample,
         err_message=None,

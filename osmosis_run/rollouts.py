@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmosis_run.construct import construct
 from osmosis_run.dataset import Row
 from osmosis_run.records import ResultLine, RolloutState
 from osmosis_run.selection import stable_hash
@@ -85,7 +86,8 @@ def row_fields(job: Job) -> dict[str, Any]:
 
 def invalid_line(job: Job) -> ResultLine:
     """The results line of a row that could not be read."""
-    return ResultLine.model_construct(
+    return construct(
+        ResultLine,
         **row_fields(job),
         status="invalid",
         error_category="invalid_row",

@@ -23,6 +23,7 @@ from osmosis_run import __version__
 from osmosis_run.atif import trajectory_from_messages
 from osmosis_run.backend import LocalBackend
 from osmosis_run.components import check_inputs, load_components, selection_of
+from osmosis_run.construct import construct
 from osmosis_run.context import RolloutContext
 from osmosis_run.dataset import iter_rows, rollout_id
 from osmosis_run.fingerprint import build_fingerprint, default_run_dir
@@ -353,24 +354,37 @@ class Runner:
 
     async def _run_job(self, job: Job, window: asyncio.Semaphore | None) -> None:
         try:
-            if job.dirs is not None:
-                await job.dirs.wait()
-            request = self._request(job)
-            self._running[job.rollout_id] = time.perf_counter()
-            attempts = self.settings.retries + 1
-            for attempt in range(1, attempts + 1):
-                with self._context(job):
-                    outcome, timings = await self._attempt(request)
-                result = outcome.result
-                if attempt == attempts or result.err_category not in TRANSIENT:
-                    break
-                job.attempt_errors.append(attempt_error(attempt, result))
-            line = self._line(job, outcome, timings, attempt)
-            self._record(job, line, result=outcome, request=request, timings=timings)
+            request, outcome, timings, attempts = await self._execute_job(job)
         finally:
             self._running.pop(job.rollout_id, None)
             if window is not None:
                 window.release()
+        try:
+            # The slot is free: let the next rollouts start before this one's bookkeeping, so
+            # that recording a burst of rollouts finishing together does not delay them.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+        finally:  # what finished is recorded, even when the run is being stopped
+            line = self._line(job, outcome, timings, attempts)
+            self._record(job, line, result=outcome, request=request, timings=timings)
+
+    async def _execute_job(
+        self, job: Job
+    ) -> tuple[ExecutionRequest, ExecutionOutcome, dict[str, float | None], int]:
+        """Run a rollout, retrying transient failures; return what the last attempt gave."""
+        if job.dirs is not None:
+            await job.dirs.wait()
+        request = self._request(job)
+        self._running[job.rollout_id] = time.perf_counter()
+        attempts = self.settings.retries + 1
+        for attempt in range(1, attempts + 1):
+            with self._context(job):
+                outcome, timings = await self._attempt(request)
+            result = outcome.result
+            if attempt == attempts or result.err_category not in TRANSIENT:
+                break
+            job.attempt_errors.append(attempt_error(attempt, result))
+        return request, outcome, timings, attempt
 
     def _context(self, job: Job) -> RolloutContext:
         """The ambient context the backend's per-rollout context inherits from."""
@@ -378,7 +392,8 @@ class Runner:
 
     def _request(self, job: Job) -> ExecutionRequest:
         row, s = job.row, self.settings
-        return ExecutionRequest.model_construct(
+        return construct(
+            ExecutionRequest,
             id=job.rollout_id,
             prompt=row.prompt or [],  # the backend hands each workflow and grader its own copy
             label=row.label,
@@ -411,7 +426,7 @@ class Runner:
             "workflow_ms": (graded_at - started) * 1000,
             "grader_ms": (done - graded_at) * 1000 if grader is not None else None,
         }
-        return ExecutionOutcome.model_construct(workflow=workflow, grader=grader), timings
+        return construct(ExecutionOutcome, workflow=workflow, grader=grader), timings
 
     def _line(
         self, job: Job, outcome: ExecutionOutcome, timings: dict[str, float | None], attempts: int
@@ -426,7 +441,8 @@ class Runner:
         elif status in ("failure", "timeout"):
             passed = False
         messages = None if self.settings.no_messages or sample is None else sample.messages
-        return ResultLine.model_construct(
+        return construct(
+            ResultLine,
             **row_fields(job),
             status=status,
             error_category=str(result.err_category) if result.err_category else None,

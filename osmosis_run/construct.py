@@ -1,0 +1,84 @@
+"""Build our own pydantic models from trusted values, several times faster than pydantic does.
+
+``BaseModel.model_construct`` walks every field in Python, checking aliases and defaults; for
+the five models a rollout builds that is a fifth of the runner's own work per rollout. ``construct``
+makes the same instance from a plan computed once per class: a template holding every field's
+default in field order, the default factories, the required fields. A class the plan cannot
+reproduce exactly (aliases, a root model, private attributes or ``model_post_init``, factories
+that read other fields) and a call with keys that are not fields go to ``model_construct``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+__all__ = ["construct"]
+
+M = TypeVar("M", bound=BaseModel)
+_MISSING = object()
+_set = object.__setattr__
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    template: dict[str, Any]  # every field, in order: its default, or _MISSING
+    factories: tuple[tuple[str, Callable[[], Any]], ...]
+    required: frozenset[str]
+    extra: bool  # extra="allow": the instance gets an empty __pydantic_extra__
+
+
+_plans: dict[type[BaseModel], _Plan | None] = {}
+
+
+def construct(cls: type[M], /, **values: Any) -> M:
+    """``cls.model_construct(**values)``: the same instance, without validation, faster."""
+    plan = _plans[cls] if cls in _plans else _make_plan(cls)
+    if plan is None or not values.keys() <= plan.template.keys():
+        return cls.model_construct(**values)
+    if plan.required and not plan.required <= values.keys():
+        return cls.model_construct(**values)
+    data = plan.template.copy()
+    data.update(values)
+    for name, factory in plan.factories:
+        if name not in values:
+            data[name] = factory()
+    instance = cls.__new__(cls)
+    _set(instance, "__dict__", data)
+    _set(instance, "__pydantic_fields_set__", set(values))
+    _set(instance, "__pydantic_extra__", {} if plan.extra else None)
+    _set(instance, "__pydantic_private__", None)
+    return instance
+
+
+def _make_plan(cls: type[BaseModel]) -> _Plan | None:
+    plan = _plan(cls)
+    _plans[cls] = plan
+    return plan
+
+
+def _plan(cls: type[BaseModel]) -> _Plan | None:
+    if cls.__pydantic_root_model__ or cls.__pydantic_post_init__:
+        return None
+    template: dict[str, Any] = {}
+    factories: list[tuple[str, Callable[[], Any]]] = []
+    required: set[str] = set()
+    for name, field in cls.__pydantic_fields__.items():
+        if field.alias is not None or field.validation_alias is not None:
+            return None
+        if field.is_required():
+            template[name] = _MISSING
+            required.add(name)
+        elif field.default_factory is not None:
+            if field.default_factory_takes_validated_data:
+                return None
+            template[name] = _MISSING
+            factories.append((name, field.default_factory))  # type: ignore[arg-type]
+        else:
+            template[name] = field.default
+    return _Plan(
+        template, tuple(factories), frozenset(required), cls.model_config.get("extra") == "allow"
+    )

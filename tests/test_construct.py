@@ -1,0 +1,102 @@
+"""construct(): the same instances as pydantic's model_construct, or model_construct itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from osmosis_run.construct import construct
+from osmosis_run.records import ResultLine, Summary
+from osmosis_run.types import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutSample,
+    RolloutStatus,
+)
+
+
+def state(model: BaseModel) -> tuple[Any, ...]:
+    """Everything an instance holds, __dict__ order included."""
+    return (
+        type(model),
+        list(model.__dict__.items()),
+        model.model_fields_set,
+        model.__pydantic_extra__,
+        model.__pydantic_private__,
+    )
+
+
+SAMPLE = RolloutSample.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+RESULT = ExecutionResult.model_validate({"status": RolloutStatus.SUCCESS, "sample": SAMPLE})
+CASES: list[tuple[type[BaseModel], dict[str, Any]]] = [
+    (ExecutionRequest, {"id": "r.s0", "prompt": [{"role": "user", "content": "x"}]}),
+    (ExecutionRequest, {"id": "r.s0", "prompt": [], "label": "4", "grade": False}),
+    (ExecutionResult, {"status": RolloutStatus.SUCCESS, "sample": SAMPLE}),
+    (ExecutionOutcome, {"workflow": RESULT, "grader": None}),
+    (RolloutSample, {"messages": [{"role": "assistant", "content": "4"}], "reward": 1.0}),
+    (
+        ResultLine,
+        {"rollout_id": "a.s0", "row_index": 0, "line": 1, "sample_index": 0, "status": "success"},
+    ),
+    (
+        ResultLine,
+        {
+            "status": "failure",
+            "sample_index": 1,
+            "line": 3,
+            "row_index": 2,
+            "rollout_id": "b.s1",
+            "metrics": {"m": 1},
+            "finished_at": 5.0,
+        },
+    ),
+    (Summary, {}),
+    (Summary, {"rollouts": 3, "counts": {"success": 3}}),
+]
+
+
+@pytest.mark.parametrize(("cls", "values"), CASES)
+def test_construct_builds_what_model_construct_builds(
+    cls: type[BaseModel], values: dict[str, Any]
+) -> None:
+    assert state(construct(cls, **values)) == state(cls.model_construct(**values))
+
+
+def test_default_factories_give_each_instance_its_own_value() -> None:
+    first = construct(Summary)
+    second = construct(Summary)
+    first.counts["success"] = 1
+    assert second.counts == {}
+
+
+class Aliased(BaseModel):
+    name: str = Field(alias="Name")
+
+
+class Private(BaseModel):
+    x: int = 0
+    _cache: dict[str, int] = PrivateAttr(default_factory=dict)
+
+
+class Extra(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    x: int = 0
+
+
+@pytest.mark.parametrize(
+    ("cls", "values"),
+    [
+        (Aliased, {"Name": "n"}),
+        (Private, {"x": 1}),
+        (Extra, {"x": 1, "other": 2}),  # a key that is not a field: pydantic's rules for extras
+        (ExecutionRequest, {"prompt": []}),  # a required field missing
+        (ExecutionRequest, {"id": "r", "prompt": [], "unknown": 1}),
+    ],
+)
+def test_what_the_plan_cannot_reproduce_goes_to_model_construct(
+    cls: type[BaseModel], values: dict[str, Any]
+) -> None:
+    assert state(construct(cls, **values)) == state(cls.model_construct(**values))
