@@ -11,7 +11,7 @@ import argparse
 import json
 import time
 
-from .settle import settle
+from .settle import QUIET_S, probe, quiet_for
 from .workloads import Bench, Line, log
 from .workspace import HarnessError, Workspace, find_floor, osmosis_run_command
 
@@ -31,7 +31,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-settle",
         action="store_true",
-        help="measure at once, without waiting for the disk to settle after recent deletions",
+        help="measure at once, even within 340 s of the last suite's clean-up (see settle.py)",
     )
     args = parser.parse_args(argv)
     chosen = [w.strip().upper() for w in args.only.split(",")] if args.only else list(ALL)
@@ -79,11 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log(f"osmosis-run: {' '.join(cli)}; floor: {floor}; workspace: {ws.root}")
         bench = Bench(ws, cli=cli, floor=floor, scale=args.scale)
+        wait = 0.0 if args.no_settle else quiet_for()
+        if wait:
+            log(f"the last suite deleted its files {QUIET_S - wait:.0f}s ago: waiting {wait:.0f}s")
+            time.sleep(wait)
         bench.warm_up()
-        if not args.no_settle:
-            settle(ws.root / "settle")
+        disk_us = probe(ws.root / "probe")
+        log(f"disk probe: {disk_us:.0f} us per floor-like rollout (75-100 when settled here)")
         for workload in _plan(args.chosen):
             line = _run_one(bench, workload)
+            line["disk_probe_us"] = round(disk_us, 1)
             held = held and bool(line["holds"])
             print(json.dumps(line), flush=True)
     finally:

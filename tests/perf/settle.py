@@ -1,29 +1,42 @@
-"""Wait, before measuring, until creating files costs what it normally does.
+"""Measure on a settled disk: after the previous suite's clean-up has stopped costing.
 
 On ext4 without a journal (this machine's disk) the kernel walks past every inode freed in the
-last minutes before it reuses one, so right after a large tree is deleted (the previous suite's
-clean-up, a test run) creating files costs several times more system time, for a minute or two.
-Whichever program ran first would pay for it. A probe (``PROBE_ROWS`` floor-like rollouts: two
-directories and a small file each, never deleted) runs every few seconds until it is cheap.
+last 30 s, or 330 s when its inode-table block is dirty (and creating files dirties them), before
+it reuses one. Right after a large tree is deleted, creating files costs several times more
+system time, and whichever program ran first would pay for the deletion. The suite deletes
+about a million files when it ends, so it leaves a stamp; a suite started within ``QUIET_S``
+of that stamp first waits out the rest. A short probe then reads the disk's speed, reported on
+every line (75-100 us per probe rollout when settled here; 200-700 right after a deletion).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
-from .workloads import log
-
 PROBE_ROWS = 5000
-SETTLED_US = 130.0  # per probe rollout; 75-100 when settled here, 150-700 after a purge
-PAUSE_S = 10.0
-MOST_WAIT_S = 360.0
-IN_A_ROW = 2  # cheap probes in a row that count as settled
+QUIET_S = 340.0  # 330 s of "recently deleted", and a margin
+STAMP = Path(tempfile.gettempdir()) / "osmosis-run-perf.cleaned"
+
+
+def mark_cleaned() -> None:
+    """Record that the suite has just deleted its workspace."""
+    STAMP.write_text(f"{time.time()}\n", encoding="utf-8")
+
+
+def quiet_for() -> float:
+    """Seconds still to wait since the last suite's clean-up (0 when none is recent)."""
+    try:
+        cleaned = float(STAMP.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0.0
+    return max(0.0, cleaned + QUIET_S - time.time())
 
 
 def probe(where: Path, rows: int = PROBE_ROWS) -> float:
-    """Microseconds per floor-like rollout written under ``where`` (a new directory)."""
+    """Microseconds per floor-like rollout (two directories, a small file) under ``where``."""
     where.mkdir(parents=True)
     started = time.perf_counter()
     for i in range(rows):
@@ -32,23 +45,3 @@ def probe(where: Path, rows: int = PROBE_ROWS) -> float:
         os.mkdir(rollout / "artifacts")
         (rollout / "trajectory.json").write_bytes(b"{}")
     return (time.perf_counter() - started) / rows * 1e6
-
-
-def settle(root: Path, *, most_wait_s: float = MOST_WAIT_S) -> float:
-    """Probe until ``IN_A_ROW`` probes in a row cost at most ``SETTLED_US``; return the wait."""
-    started = time.monotonic()
-    cheap = 0
-    for attempt in range(1_000):
-        cost = probe(root / f"settle-{attempt:03d}")
-        waited = time.monotonic() - started
-        cheap = cheap + 1 if cost <= SETTLED_US else 0
-        if cheap >= IN_A_ROW:
-            log(f"file system settled: {cost:.0f} us per probe rollout (waited {waited:.0f}s)")
-            return waited
-        if waited >= most_wait_s:
-            log(f"file system still slow after {waited:.0f}s ({cost:.0f} us); measuring anyway")
-            return waited
-        if not cheap:
-            log(f"file system busy: {cost:.0f} us per probe rollout (settled: <= {SETTLED_US:.0f})")
-            time.sleep(PAUSE_S)
-    return time.monotonic() - started
