@@ -130,9 +130,8 @@ class Runner:
         self.planned: int | None = None
         self._finished: set[str] = set()
         self._resumed = 0
-        self._kept: Summary | None = (
-            None  # a complete run's summary.json, resumed with nothing to do
-        )
+        # A complete run's summary.json, when it is resumed with nothing left to do.
+        self._kept: Summary | None = None
         self._endpoint = RolloutContext(
             chat_completions_url=settings.chat_completions_url or "", api_key=settings.api_key
         )
