@@ -340,6 +340,9 @@ def _lock(run_dir: Path) -> int | None:
                     "or choose another --out"
                 ) from None
             time.sleep(0.05)
+        except OSError:  # a file system without locks (some network mounts): run unlocked
+            os.close(fd)
+            return None
 
 
 def _compare(run_dir: Path, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:

@@ -243,8 +243,8 @@ class WriterProcess:
 def start_writer(
     results: Path, rollouts: Path, *, background: bool, queue: int, keep_open: Sequence[int] = ()
 ) -> InlineWriter | WriterProcess:
-    """A writer process when ``background`` and one can start, else an inline writer."""
-    if background and sys.executable and os.path.isfile(child.__file__):
+    """A writer process when ``background`` and one can start (POSIX), else an inline writer."""
+    if background and os.name == "posix" and sys.executable and os.path.isfile(child.__file__):
         try:
             return WriterProcess(results, rollouts, queue=queue, keep_open=keep_open)
         except OSError:

@@ -383,6 +383,30 @@ def test_a_results_file_changed_after_its_summary_is_read_again(cli: Cli, tmp_pa
     assert len(results(tmp_path / "r")) == 4
 
 
+def test_a_run_directory_being_written_is_refused(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from osmosis_run import store
+
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
+    assert eval_(cli, data, "--max-error-rate", "1", out=Path("r")).exit_code == 0
+    monkeypatch.setattr(store, "LOCK_WAIT_S", 0.1)
+    held = os.open(tmp_path / "r", os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another osmosis-run, as far as the lock tells
+        refused = eval_(cli, data, "--max-error-rate", "1", out=Path("r"))
+    finally:
+        os.close(held)
+    assert refused.exit_code == 2
+    assert refused.stderr == (
+        "error: r is being written by another osmosis-run; wait for it to finish "
+        "or choose another --out\n"
+    )
+    assert len(results(tmp_path / "r")) == 2
+
+
 def test_default_run_directory_is_found_again(cli: Cli, tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
     first = cli("eval", str(data), *ECHO, "--max-error-rate", "1")

@@ -230,3 +230,17 @@ def test_the_lock_is_on_the_directory_and_leaves_no_file(tmp_path: Path) -> None
     finally:
         os.close(fd)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["fingerprint.json", "rollouts"]
+
+
+def test_a_file_system_without_locks_runs_unlocked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unsupported(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", unsupported)
+    store = RunStore(tmp_path / "run")
+    store.open({"k": 1}, fresh=False)
+    store.write_rollout("a.s0", line=b'{"rollout_id": "a.s0"}', result=b"{}", trajectory=None)
+    store.close()
+    assert (tmp_path / "run/results.jsonl").read_bytes() == b'{"rollout_id": "a.s0"}\n'
