@@ -171,9 +171,11 @@ class Bench:
     def _measure(self, cmd: list[str], name: str) -> Measured:
         return measure(cmd, cwd=self.ws.root, logs=self.ws.root / "logs" / name)
 
-    def run_floor(self, dataset: Path, name: str) -> tuple[float, Measured]:
+    def run_floor(
+        self, dataset: Path, name: str, *, in_memory: bool = False
+    ) -> tuple[float, Measured]:
         """Run floor.py on ``dataset``; return its printed wall_s and its process."""
-        out = self.ws.fresh(f"{name}-floor")
+        out = self.ws.fresh(f"{name}-floor", in_memory=in_memory)
         process = self._measure([sys.executable, str(self.floor), str(dataset), str(out)], name)
         process.check("floor.py")
         try:
@@ -250,16 +252,36 @@ class Bench:
     # -- the workloads -------------------------------------------------------------------
 
     def floor_around(
-        self, rows: int, name: str, run: Callable[[], EvalRun]
+        self, rows: int, name: str, run: Callable[[], EvalRun], *, in_memory: bool = False
     ) -> tuple[Floor, EvalRun]:
         """floor.py right before and right after ``run()``, on the same rows."""
         dataset = self.ws.dataset(rows)
         log(f"{name}: floor.py on {rows} rows (before)")
-        before = self.run_floor(dataset, name)
+        before = self.run_floor(dataset, name, in_memory=in_memory)
         evaluated = run()
         log(f"{name}: floor.py on {rows} rows (after)")
-        after = self.run_floor(dataset, name)
+        after = self.run_floor(dataset, name, in_memory=in_memory)
         return Floor(before, after), evaluated
+
+    def in_ram(self, rows: int) -> dict[str, float]:
+        """W1 again with both programs writing to RAM: the runner's own CPU cost, no disk.
+
+        Not a bench target: a noise-free companion to W1, whose figure moves with the disk.
+        """
+        if self.ws.memory_root is None:
+            return {}
+        floor, run = self.floor_around(
+            rows,
+            "W1-ram",
+            lambda: self.trivial_eval(rows, "W1-ram", in_memory=True),
+            in_memory=True,
+        )
+        return {
+            "ram_figure": run.process.wall_s / floor.wall_s,
+            "ram_eval_wall_s": run.process.wall_s,
+            "ram_eval_inner_wall_s": run.inner_wall_s,
+            "ram_floor_wall_s": floor.wall_s,
+        }
 
     def w1_trivial(self) -> Line:
         """W1: eval wall / floor wall on 20,000 trivial rows, concurrency 64."""
@@ -280,6 +302,7 @@ class Bench:
             eval_rollouts_per_s=rows / wall,
             **floor.fields(),
             cpu_ratio=run.process.cpu_s / floor.cpu_s,
+            **self.in_ram(rows),
         )
 
     def w2_sleeping(self) -> Line:
