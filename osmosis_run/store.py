@@ -178,10 +178,20 @@ class RunStore:
         os.replace(temporary, path)
 
     def write_file(self, name: str, text: str) -> None:
-        """Write a whole top-level file: to a temporary name, then renamed into place."""
+        """Write a whole top-level file: to a temporary name, then renamed into place.
+
+        A file that already holds exactly ``text`` is left alone (a resume with nothing to do
+        rewrites nothing).
+        """
         target = self.dir / name
+        data = self.redact(text).encode("utf-8")
+        try:
+            if target.read_bytes() == data:
+                return
+        except OSError:
+            pass  # not there yet (or unreadable): write it
         temporary = target.with_name(f".{name}.tmp")
-        temporary.write_text(self.redact(text), encoding="utf-8")
+        temporary.write_bytes(data)
         os.replace(temporary, target)
 
     def redact(self, text: str) -> str:

@@ -58,18 +58,21 @@ class InlineWriter:
 
     def __init__(self, results: Path, rollouts: Path) -> None:
         self._root = str(rollouts)
+        self._wrote = False
         self._results = os.open(
             results, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
         )
 
     def write(self, items: Sequence[Item]) -> None:
         """Write the rollouts' files, then append their lines."""
+        self._wrote = True
         child.write_batch(self._root, self._results, pack(items))
 
     def finish(self) -> None:
-        """Make results.jsonl durable and close it."""
+        """Make results.jsonl durable (if anything was written) and close it."""
         try:
-            os.fsync(self._results)
+            if self._wrote:
+                os.fsync(self._results)
         finally:
             os.close(self._results)
 

@@ -357,11 +357,14 @@ def test_a_complete_run_resumed_keeps_its_summary_without_rereading(
     first = Summary.model_validate_json((tmp_path / "r/summary.json").read_bytes())
     assert first.wall_s is not None
     assert first.wall_s > 0
+    files = ("summary.json", "run.toml", "results.jsonl", "fingerprint.json")
+    written = {name: os.stat(tmp_path / "r" / name).st_mtime_ns for name in files}
     again = eval_(cli, data, "--max-error-rate", "1", out=Path("r"))
     assert again.exit_code == 0
     assert "4 rollouts, 4 already done" in again.stderr
     kept = Summary.model_validate_json((tmp_path / "r/summary.json").read_bytes())
     assert kept == first  # the first run's wall and throughput, not a no-op's
+    assert {name: os.stat(tmp_path / "r" / name).st_mtime_ns for name in files} == written
     # Another threshold changes what "passed" means: the results are read again.
     lower = eval_(cli, data, "--max-error-rate", "1", "--pass-threshold", "0", out=Path("r"))
     assert lower.exit_code == 0
