@@ -276,6 +276,7 @@ class Bench:
             lambda: self.trivial_eval(rows, "W1-ram", in_memory=True),
             in_memory=True,
         )
+        self.ws.drop_from_memory(run.out)
         return {
             "ram_figure": run.process.wall_s / floor.wall_s,
             "ram_eval_wall_s": run.process.wall_s,
@@ -361,7 +362,9 @@ class Bench:
         # Memory does not depend on the medium; in RAM, the 800,000 files of the big run do not
         # cost a minute to delete and minutes of slow file creation after (see settle.py).
         small = self.trivial_eval(small_rows, "W4-small", in_memory=True)
+        self.ws.drop_from_memory(small.out)
         big = self.trivial_eval(big_rows, "W4-big", in_memory=True)
+        self.ws.drop_from_memory(big.out)
         small_rss, big_rss = small.process.rss_mib, big.process.rss_mib
         return report(
             "W4",
