@@ -48,6 +48,8 @@ def make_dirs(root: str, payload: bytes) -> bytes:
     """Make each id's artifacts directory; return the ids that could not be made."""
     failed = []
     for raw in payload.split(b"\0"):
+        if not raw:
+            continue
         where = os.path.join(root, os.fsdecode(raw))
         try:
             for path in (where, os.path.join(where, "artifacts")):

@@ -111,6 +111,7 @@ class WriterProcess:
         self._to = self._process.stdin.fileno()
         self._from = self._process.stdout.fileno()
         _grow(self._to)
+        os.set_blocking(self._to, False)
         os.set_blocking(self._from, False)
         self._seq = 0
         self._unanswered: deque[tuple[int, Future[list[str]] | None]] = deque()
@@ -193,11 +194,27 @@ class WriterProcess:
         self._seq += 1
         self._unanswered.append((self._seq, future))
         try:
-            child.write_all(self._to, child.HEADER.pack(kind, self._seq, len(payload)) + payload)
+            self._push(child.HEADER.pack(kind, self._seq, len(payload)) + payload)
         except BrokenPipeError:
             self.poll()  # the child's last words, if any
             self._fail(OSError(errno.EIO, f"the writer process exited ({self._exit_code()})"))
             self._raise()
+
+    def _push(self, frame: bytes) -> None:
+        """Write a frame; while the pipe is full, keep taking replies.
+
+        Without that, a runner that hands over directory batches faster than it reads the
+        answers (an unlimited window over a large dataset) could block on a full pipe while the
+        child blocks on a full reply pipe.
+        """
+        view = memoryview(frame)
+        while view:
+            try:
+                view = view[os.write(self._to, view) :]
+            except BlockingIOError:
+                readable, _, _ = select.select([self._from], [self._to], [])
+                if readable:
+                    self.poll()
 
     def _wait(self) -> None:
         self._raise()

@@ -244,3 +244,14 @@ def test_a_file_system_without_locks_runs_unlocked(
     store.write_rollout("a.s0", line=b'{"rollout_id": "a.s0"}', result=b"{}", trajectory=None)
     store.close()
     assert (tmp_path / "run/results.jsonl").read_bytes() == b'{"rollout_id": "a.s0"}\n'
+
+
+def test_unread_answers_never_deadlock_the_hand_over(tmp_path: Path) -> None:
+    # Every directory fails (rollouts/ is a file), so each answer repeats its batch's ids: the
+    # answers outgrow their pipe while the requests (3.8 MB) outgrow theirs and the child's buffer.
+    (tmp_path / "rollouts").write_text("not a directory")
+    writer = WriterProcess(tmp_path / "results.jsonl", tmp_path / "rollouts", queue=2)
+    batches = [[f"{'x' * 120}{b}-{i}.s0" for i in range(30)] for b in range(1000)]
+    futures = [writer.make_dirs(batch) for batch in batches]
+    writer.finish()
+    assert [f.result(timeout=0) for f in futures] == batches
