@@ -36,7 +36,10 @@ _plans: dict[type[BaseModel], _Plan | None] = {}
 
 def construct(cls: type[M], /, **values: Any) -> M:
     """``cls.model_construct(**values)``: the same instance, without validation, faster."""
-    plan = _plans[cls] if cls in _plans else _make_plan(cls)
+    if cls in _plans:
+        plan = _plans[cls]
+    else:
+        plan = _plans[cls] = _plan(cls)
     if plan is None or not values.keys() <= plan.template.keys():
         return cls.model_construct(**values)
     if plan.required and not plan.required <= values.keys():
@@ -52,12 +55,6 @@ def construct(cls: type[M], /, **values: Any) -> M:
     _set(instance, "__pydantic_extra__", {} if plan.extra else None)
     _set(instance, "__pydantic_private__", None)
     return instance
-
-
-def _make_plan(cls: type[BaseModel]) -> _Plan | None:
-    plan = _plan(cls)
-    _plans[cls] = plan
-    return plan
 
 
 def _plan(cls: type[BaseModel]) -> _Plan | None:

@@ -21,6 +21,7 @@ __all__ = [
     "ResultLine",
     "RolloutState",
     "Summary",
+    "count_rows",
 ]
 
 RolloutState = Literal["success", "ungraded", "failure", "timeout", "invalid", "removed"]
@@ -127,3 +128,13 @@ class Summary(BaseModel):
     group_by: str | None = None
     groups: dict[str, GroupSummary] = Field(default_factory=dict)
     first_errors: list[ErrorExample] = Field(default_factory=list)
+
+
+def count_rows(s: Summary) -> list[tuple[str, str]]:
+    """The first labelled lines of every rendering of a summary: rollouts by status, errors."""
+    planned = f" of {s.planned}" if s.planned is not None else ""
+    counts = ", ".join(f"{n} {status}" for status, n in s.counts.items() if n) or "none"
+    rows = [("rollouts", f"{s.rollouts}{planned}: {counts}")]
+    if s.error_categories:
+        rows.append(("errors", ", ".join(f"{n} {c}" for c, n in s.error_categories.items())))
+    return rows

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from osmosis_run.errors import ConfigError
 from osmosis_run.gates import Verdict
-from osmosis_run.records import Distribution, Summary
+from osmosis_run.records import Distribution, Summary, count_rows
 
 __all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "markdown_summary"]
 
@@ -86,11 +86,7 @@ def _verdict_line(verdict: Verdict) -> str:
 
 
 def _rows(s: Summary) -> list[tuple[str, str]]:
-    planned = f" of {s.planned}" if s.planned is not None else ""
-    counts = ", ".join(f"{n} {status}" for status, n in s.counts.items() if n) or "none"
-    rows = [("rollouts", f"{s.rollouts}{planned}: {counts}")]
-    if s.error_categories:
-        rows.append(("errors", ", ".join(f"{n} {c}" for c, n in s.error_categories.items())))
+    rows = count_rows(s)
     rows.append(("mean reward (failures 0)", f"{_num(s.reward_all.mean)} (n={s.reward_all.count})"))
     rows.append(
         ("mean reward (graded)", f"{_num(s.reward_graded.mean)} (n={s.reward_graded.count})")

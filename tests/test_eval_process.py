@@ -14,6 +14,8 @@ import pytest
 from conftest import qa_rows, results, subprocess_env, write_jsonl
 from fake_openai import serve_fake_openai
 
+from osmosis_run.runner import WRITER_PROCESS_FROM
+
 EXE = [sys.executable, "-c", "from osmosis_run.cli import main; main()"]
 
 
@@ -49,6 +51,7 @@ def marker_args(data: Path, concurrency: int = 4) -> list[str]:
 
 
 # (rows, concurrency, sleep): 40 rows are written in process; 400 go through the writer process
+assert 40 < WRITER_PROCESS_FROM <= 400
 SIZES = [(40, 4, 0.1), (400, 16, 0.05)]
 
 
@@ -105,7 +108,7 @@ def test_after_a_hard_kill_resume_loses_and_duplicates_nothing(
     reran = [p.name for p in markers.iterdir() if p.read_text() != "x"]
     # In flight, and (with a writer process) finished in the last 20 ms, not yet handed over:
     # a rollout sleeps at least 50 ms, so at most one more per slot.
-    most = concurrency if rows < 200 else 2 * concurrency
+    most = concurrency if rows < WRITER_PROCESS_FROM else 2 * concurrency
     assert len(reran) <= most, f"only rollouts in flight may run again: {reran}"
 
 

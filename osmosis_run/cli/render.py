@@ -196,11 +196,9 @@ def summary_table(summary: Summary, *, title: str) -> Text:
 
 def summary_rows(s: Summary) -> list[tuple[str, str]]:
     """The labelled lines of a summary, shared by the table and plain renderings."""
-    planned = f" of {s.planned}" if s.planned is not None else ""
-    counts = ", ".join(f"{n} {status}" for status, n in s.counts.items() if n) or "none"
-    rows = [("rollouts", f"{s.rollouts}{planned}: {counts}")]
-    if s.error_categories:
-        rows.append(("errors", ", ".join(f"{n} {c}" for c, n in s.error_categories.items())))
+    from osmosis_run.records import count_rows
+
+    rows = count_rows(s)
     g, a = s.reward_graded, s.reward_all
     rows.append(
         (
