@@ -11,7 +11,8 @@ payload; one reply per frame on stdout, in order, with the same header layout.
     W  write a batch of rollouts (``ITEM`` records): their files, then their results lines in
        one append to RESULTS (the commit point); reply A
     F  fsync RESULTS; reply A and exit
-    E  (reply) an OSError: errno, then "strerror\0filename"; every later frame is ignored
+    E  (reply) an OSError: errno, then "strerror\0filename" (the file it was writing, always
+       named); every later frame is ignored
 
 At end of input (the runner exited, or was killed) it finishes every whole frame it has read and
 exits: rollouts handed over before a crash still reach the disk. A torn last frame is dropped.
@@ -34,14 +35,27 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
 
 def write_file(path: str, data: bytes | memoryview) -> None:
-    """Create or replace a file in three system calls (``open()`` makes six)."""
+    """Create or replace a file in three system calls (``open()`` makes six).
+
+    Raises:
+        OSError: naming ``path`` (a full disk fails ``write``, which names no file).
+    """
     fd = os.open(path, _CREATE, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise named(exc, path) from None
     finally:
         os.close(fd)
+
+
+def named(exc: OSError, path: str) -> OSError:
+    """``exc`` with ``path`` as its file name, unless it names one already."""
+    if exc.filename is not None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), path)
 
 
 def make_dirs(root: str, payload: bytes) -> bytes:
@@ -116,8 +130,30 @@ class Replies:
             self.fd = None
 
 
-def serve(source: BinaryIO, replies: Replies, results: int, root: str) -> None:
-    """Answer frames from ``source`` until it ends or sends F; after an error, only read."""
+def answer_frame(kind: bytes, payload: bytes, results: int, root: str) -> bytes:
+    """Do what a D, W or F frame asks; the body of its A reply."""
+    if kind == b"D":
+        return make_dirs(root, payload)
+    if kind == b"W":
+        write_batch(root, results, payload)
+    elif kind == b"F":
+        os.fsync(results)
+    return b""
+
+
+def serve(
+    source: BinaryIO,
+    replies: Replies,
+    results: int,
+    root: str,
+    *,
+    results_path: str = "",
+    error: OSError | None = None,
+) -> None:
+    """Answer frames from ``source`` until it ends or sends F; after an error, only read.
+
+    ``error`` (RESULTS could not be opened) is the answer to the first frame.
+    """
     failed = False
     while True:
         head = source.read(HEADER.size)
@@ -130,16 +166,12 @@ def serve(source: BinaryIO, replies: Replies, results: int, root: str) -> None:
         if failed:
             continue
         try:
-            answer = b""
-            if kind == b"D":
-                answer = make_dirs(root, payload)
-            elif kind == b"W":
-                write_batch(root, results, payload)
-            elif kind == b"F":
-                os.fsync(results)
-        except OSError as exc:
+            if error is not None:
+                raise error
+            answer = answer_frame(kind, payload, results, root)
+        except OSError as exc:  # what names no file was RESULTS: its append, its fsync
             failed = True
-            replies.send(b"E", seq, error_body(exc))
+            replies.send(b"E", seq, error_body(named(exc, results_path)))
             continue
         replies.send(b"A", seq, answer)
         if kind == b"F":
@@ -149,10 +181,17 @@ def serve(source: BinaryIO, replies: Replies, results: int, root: str) -> None:
 def main() -> None:
     """``_writer_child.py RESULTS ROLLOUTS``."""
     results_path, root = sys.argv[1], sys.argv[2]
-    results = os.open(results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    error = None
+    try:
+        results = os.open(
+            results_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
+    except OSError as exc:
+        results, error = -1, named(exc, results_path)
     with os.fdopen(0, "rb", buffering=1 << 20, closefd=False) as source:
-        serve(source, Replies(1), results, root)
-    os.close(results)
+        serve(source, Replies(1), results, root, results_path=results_path, error=error)
+    if results >= 0:
+        os.close(results)
 
 
 if __name__ == "__main__":

@@ -11,14 +11,14 @@ import asyncio
 import contextlib
 import copy
 import itertools
-import logging
 import os
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
+from osmosis_run import redact
 from osmosis_run.construct import construct
 from osmosis_run.context import (
     AgentWorkflowContext,
@@ -47,9 +47,10 @@ __all__ = [
     "LocalBackend",
     "categorize_exception",
     "coerce_output",
+    "retry_after_of",
 ]
 
-logger = logging.getLogger(__name__)
+logger = redact.logger(__name__)  # its records never carry a run's secrets
 
 DEFAULT_MAX_CONCURRENT = 4
 _MADE_LIMIT = 1 << 16
@@ -212,7 +213,8 @@ class LocalBackend(ExecutionBackend):
             with rollout_ctx:
                 output = coerce_output(await self.workflow_cls(config).run(ctx))
                 sample = await _sample_from(output, rollout_ctx, request)
-        except (Exception, SystemExit) as exc:  # sys.exit() in user code ends one rollout
+        except BaseException as exc:  # sys.exit(), a stray CancelledError: one rollout's failure
+            _reraise_if_cancelled(exc)
             return _failure(exc, "workflow", request.id)
         return _success(sample)
 
@@ -232,7 +234,8 @@ class LocalBackend(ExecutionBackend):
             with _rollout_context(request.id):
                 await self.grader_cls(self.grader_config).grade(ctx)
             _check_graded(ctx.sample)
-        except (Exception, SystemExit) as exc:  # sys.exit() in user code ends one rollout
+        except BaseException as exc:  # sys.exit(), a stray CancelledError: one rollout's failure
+            _reraise_if_cancelled(exc)
             return _failure(exc, "grader", request.id, sample=ctx.sample)
         return _success(ctx.sample)
 
@@ -370,25 +373,110 @@ def _check_graded(sample: RolloutSample | None) -> None:
         )
 
 
+def _reraise_if_cancelled(exc: BaseException) -> None:
+    """Let the harness's own cancellation through; any other exception is user code's.
+
+    A ``CancelledError`` is the harness's when this task is being cancelled (a deadline, a
+    stop). One that user code let escape while nobody cancelled this task (it awaited a helper
+    task that was cancelled, say) is that rollout's failure like any other exception, and so
+    are ``KeyboardInterrupt`` (osmosis-run's own Ctrl-C never raises it), ``GeneratorExit`` and
+    a ``BaseException`` subclass of the user's.
+    """
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise exc
+
+
 def _failure(
-    exc: Exception | SystemExit, stage: str, rollout_id: str, sample: RolloutSample | None = None
+    exc: BaseException, stage: str, rollout_id: str, sample: RolloutSample | None = None
 ) -> ExecutionResult:
     logger.error("%s of rollout %s raised %s", stage, rollout_id, type(exc).__name__, exc_info=exc)
-    diagnostics: Mapping[str, Any] = {
+    diagnostics: dict[str, Any] = {
         "stage": stage,
         "error_type": type(exc).__name__,
         "traceback": "".join(traceback.format_exception(exc)),
     }
+    retry_after = retry_after_of(exc)
+    if retry_after is not None:
+        diagnostics["retry_after_s"] = retry_after
     return ExecutionResult(
         status=RolloutStatus.FAILURE,
         sample=sample,
         err_message=_message(exc, stage),
         err_category=categorize_exception(exc),
-        extra_fields=dict(diagnostics),
+        extra_fields=diagnostics,
     )
 
 
 def _message(exc: BaseException, stage: str) -> str:
     if isinstance(exc, SystemExit):
         return f"the {stage} called sys.exit({exc.code!r})"
+    if isinstance(exc, asyncio.CancelledError):
+        return f"the {stage} let a CancelledError escape (it awaited a task that was cancelled?)"
     return str(exc) or type(exc).__name__
+
+
+_RETRY_AFTER_MAX_S = 3600.0
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """The wait a rate-limited request asked for, when the exception (or its cause) shows one.
+
+    Looks for a ``retry_after`` attribute (seconds), then a ``Retry-After`` header on the
+    exception's ``response`` (httpx, requests and the openai client put the HTTP response
+    there) or ``headers``: a number of seconds or an HTTP date.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        found = _retry_after_here(current)
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _retry_after_here(exc: BaseException) -> float | None:
+    value = getattr(exc, "retry_after", None)
+    if value is None:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+        if headers is None:
+            headers = getattr(exc, "headers", None)
+        try:
+            value = headers.get("retry-after") if headers is not None else None
+        except Exception:  # an object that merely looks like headers
+            value = None
+    return _seconds(value)
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = float(value.strip())
+        except ValueError:
+            from_date = _http_date_from_now(value)
+            if from_date is None:
+                return None
+            seconds = from_date
+    else:
+        return None
+    if seconds != seconds or seconds < 0:  # NaN, negative
+        return None
+    return min(seconds, _RETRY_AFTER_MAX_S)
+
+
+def _http_date_from_now(text: str) -> float | None:
+    import email.utils
+    import time
+
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)

@@ -7,6 +7,7 @@ setup that validates is exactly the setup that runs.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from osmosis_run.dataset import is_stream
 from osmosis_run.errors import ConfigError, DatasetError
 from osmosis_run.loading import load_class, load_instance
 from osmosis_run.selection import Selection, parse_rows_spec, parse_shard
@@ -43,22 +45,48 @@ class Components:
 
 
 def check_inputs(settings: EvalSettings) -> str:
-    """Check that a dataset and a workflow are given and the dataset file exists.
+    """Check that a dataset and a workflow are given and the dataset can be read.
 
     Returns:
-        The dataset: a path, or ``-`` for stdin.
+        The dataset: a path (a file, or a stream such as a FIFO), or ``-`` for stdin.
 
     Raises:
         ConfigError: no dataset or no workflow.
-        DatasetError: the dataset file does not exist.
+        DatasetError: the dataset does not exist, is a directory, or cannot be read.
     """
     if not settings.dataset:
         raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
     if not settings.workflow:
         raise ConfigError("no workflow: give --workflow module:Class")
-    if settings.dataset != "-" and not Path(settings.dataset).is_file():
-        raise DatasetError(f"dataset {settings.dataset} does not exist; check the path")
+    if settings.dataset != "-":
+        _check_readable(settings.dataset)
     return settings.dataset
+
+
+def _check_readable(dataset: str) -> None:
+    """Refuse a dataset that is missing, a directory, or not readable.
+
+    A stream (a FIFO) is not opened here: opening it would wait for its writer.
+    """
+    try:
+        mode = os.stat(dataset).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise DatasetError(f"dataset {dataset} does not exist; check the path") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset {dataset}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise DatasetError(f"dataset {dataset} is a directory; give a JSONL file")
+    if is_stream(dataset):
+        if not os.access(dataset, os.R_OK):
+            raise DatasetError(f"cannot read dataset {dataset}: Permission denied")
+        return
+    if not stat.S_ISREG(mode):
+        raise DatasetError(f"dataset {dataset} is not a file; give a JSONL file")
+    try:
+        with open(dataset, "rb"):
+            pass
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset {dataset}: {exc.strerror or exc}") from None
 
 
 def load_components(settings: EvalSettings) -> Components:

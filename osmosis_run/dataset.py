@@ -4,25 +4,67 @@ Row shapes (SPEC §2): the prompt is ``messages`` (a chat list), ``prompt`` (a c
 string), or ``system_prompt`` + ``user_prompt``; the label is ``ground_truth`` or ``label``
 (scalars become strings); ``metadata`` is an object; ``id`` is an optional string or integer,
 unique in the dataset.
+
+One definition of a line serves reading, counting (``count_rows``), ``validate`` and resume:
+the bytes are split on ``\n`` only, one trailing ``\r`` is dropped (so ``\r\n`` works), a byte
+order mark is dropped from the first line, and each line is decoded as UTF-8 on its own. A line
+holding nothing but JSON whitespace (space, tab, CR) is blank: skipped and not counted. Every
+other line is a row, and a row that cannot be used (not UTF-8, not JSON, nested deeper than
+``MAX_NESTING`` levels of objects and arrays, a number too long to read, a lone surrogate such
+as ``"\ud800"``, a bad field) is an invalid row whose message names its line; reading never
+raises for a row.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, Protocol
 
 from osmosis_run.errors import DatasetError
 
-__all__ = ["Row", "iter_rows", "parse_row", "rollout_id", "row_part"]
+__all__ = [
+    "MAX_NESTING",
+    "ByteStream",
+    "Row",
+    "count_rows",
+    "is_stream",
+    "iter_rows",
+    "parse_row",
+    "rollout_id",
+    "row_part",
+]
 
+MAX_NESTING = 64
+"""The deepest nesting of objects and arrays a row may hold (the row's own object is level 1)."""
+
+CHUNK = 1 << 16
+"""Bytes asked for per read: a pipe's read returns what has arrived, up to this."""
+
+_BOM = b"\xef\xbb\xbf"
+_JSON_SPACE = b" \t\r"
+"""A line of nothing but these is blank: skipped, and not counted as a row."""
+_BLANK_LINE = re.compile(rb"[%s]*\n" % _JSON_SPACE)
+_BLANK_LINE_AFTER = re.compile(rb"\n(?=[%s]*\n)" % _JSON_SPACE)
 _SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 _UNSAFE_CHAR = re.compile(r"[^A-Za-z0-9._-]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_DECODER = json.JSONDecoder()
+
+
+class ByteStream(Protocol):
+    """What rows are read from: ``read1`` returns what is there (``b""`` at the end)."""
+
+    def read1(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes, after at most one read of the source."""
+        ...
 
 
 @dataclass(slots=True)
@@ -36,6 +78,8 @@ class Row:
     label: str | None = None
     metadata: dict[str, Any] | None = None
     error: str | None = None
+    digest: str = ""
+    """16 hex digits of a hash of the row's line as read (no line ending, no BOM)."""
 
     @property
     def key(self) -> str:
@@ -69,34 +113,135 @@ def rollout_id(part: str, sample_index: int) -> str:
     return f"{part}.s{sample_index}"
 
 
-def iter_rows(path: str, *, source: IO[str] | None = None) -> Iterator[Row]:
+def is_stream(dataset: str) -> bool:
+    """True for a dataset read as a stream, never as a file: ``-`` (stdin), a FIFO, a device.
+
+    A stream is read once, as it arrives: its rows are not counted ahead and not hashed.
+    """
+    if dataset == "-":
+        return True
+    try:
+        mode = os.stat(dataset).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
+
+def iter_rows(
+    path: str,
+    *,
+    source: ByteStream | None = None,
+    on_wait: Callable[[], None] | None = None,
+) -> Iterator[Row]:
     """Stream the rows of a JSONL file (``-`` is stdin); blank lines are skipped.
 
+    Args:
+        path: the dataset, as messages name it (``-`` reads stdin unless ``source`` is given).
+        source: a binary stream to read instead of opening ``path`` (it is not closed here).
+        on_wait: called just before each read that may block (no complete line is left to
+            give), so a caller can hand over the rows it holds while a slow producer writes.
+            A row is given as soon as its ``\n`` has been read.
+
     Raises:
-        DatasetError: the file cannot be opened or decoded.
+        DatasetError: the file cannot be opened or read.
     """
     name = "<stdin>" if path == "-" else path
+    stream, owned = _open(path, source)
     try:
-        stream = source or (sys.stdin if path == "-" else open(path, encoding="utf-8"))  # noqa: SIM115
+        number = index = 0
+        seen: dict[str, int] = {}
+        for block in _blocks(stream, on_wait, name):
+            if b"\r" in block:
+                block = block.replace(b"\r\n", b"\n")
+            lines = block.split(b"\n")
+            lines.pop()  # the empty piece after the block's last newline
+            for raw in lines:
+                number += 1
+                if not raw.strip(_JSON_SPACE):
+                    continue
+                row = _read_row(raw, index=index, line=number, name=name)
+                _check_unique(row, seen, name)
+                yield row
+                index += 1
+    finally:
+        if owned:
+            stream.close()
+
+
+def count_rows(path: str) -> int:
+    """How many rows a dataset file holds, by ``iter_rows``' own lines, without parsing them.
+
+    Raises:
+        DatasetError: the file cannot be opened or read.
+    """
+    stream, _ = _open(path, None)
+    total = 0
+    try:
+        for block in _blocks(stream, None, path):
+            blank = len(_BLANK_LINE_AFTER.findall(block)) + bool(_BLANK_LINE.match(block))
+            total += block.count(b"\n") - blank
+    finally:
+        stream.close()
+    return total
+
+
+def _open(path: str, source: ByteStream | None) -> tuple[Any, bool]:
+    """The stream to read and whether it is ours to close."""
+    if source is not None:
+        return source, False
+    if path == "-":
+        return sys.stdin.buffer, False
+    try:
+        return open(path, "rb"), True  # closed by the caller
     except OSError as exc:
         raise DatasetError(f"cannot read dataset {path}: {exc.strerror or exc}") from None
-    seen: dict[str, int] = {}
+
+
+def _blocks(stream: ByteStream, on_wait: Callable[[], None] | None, name: str) -> Iterator[bytes]:
+    """The stream's bytes in blocks of whole lines, each ending in ``\n``, as soon as read.
+
+    The byte order mark is dropped from the first block; a line longer than a read is
+    gathered from its pieces (joined once, never re-copied); a last line without a newline
+    is given one. Splitting a block is then C-level work, and costs no read.
+    """
+    pending: list[bytes] = []  # the start of a line whose end has not been read yet
+    first = True
+    while True:
+        if on_wait is not None:
+            on_wait()
+        try:
+            chunk = stream.read1(CHUNK)
+        except OSError as exc:
+            raise DatasetError(f"cannot read dataset {name}: {exc.strerror or exc}") from None
+        if not chunk:
+            break
+        end = chunk.rfind(b"\n") + 1
+        if not end:
+            pending.append(chunk)
+            continue
+        head, tail = chunk[:end], chunk[end:]
+        block = b"".join([*pending, head]) if pending else head
+        if first:
+            block, first = block.removeprefix(_BOM), False
+        yield block
+        pending = [tail] if tail else []
+    if pending:
+        block = b"".join([*pending, b"\n"])
+        yield block.removeprefix(_BOM) if first else block
+
+
+def _read_row(raw: bytes, *, index: int, line: int, name: str) -> Row:
+    digest = hashlib.blake2b(raw, digest_size=8).hexdigest()
     try:
-        index = 0
-        for number, text in enumerate(stream, start=1):
-            if number == 1:
-                text = text.removeprefix("\ufeff")  # a byte order mark, as some editors write
-            if not text.strip():
-                continue
-            row = parse_row(text, index=index, line=number, name=name)
-            _check_unique(row, seen, name)
-            yield row
-            index += 1
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"{name}: not UTF-8 text ({exc.reason}); save it as UTF-8") from None
-    finally:
-        if stream is not sys.stdin and source is None:
-            stream.close()
+        column = len(raw[: exc.start].decode("utf-8")) + 1
+        problem = (
+            f"{name}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}); "
+            "save the file as UTF-8"
+        )
+        return Row(index, line, None, None, error=problem, digest=digest)
+    return parse_row(text, index=index, line=line, name=name, digest=digest)
 
 
 def _check_unique(row: Row, seen: dict[str, int], name: str) -> None:
@@ -109,29 +254,114 @@ def _check_unique(row: Row, seen: dict[str, int], name: str) -> None:
         row.id = None
 
 
-def parse_row(text: str, *, index: int, line: int, name: str) -> Row:
-    """Parse one JSONL line into a ``Row``; problems go into ``Row.error``, never raise."""
-    where = f"{name}:{line}"
+def parse_row(text: str, *, index: int, line: int, name: str, digest: str | None = None) -> Row:
+    """Parse one JSONL line into a ``Row``; problems go into ``Row.error``, never raise.
+
+    ``digest`` is the hash of the line's bytes (made from ``text`` when not given).
+    """
+    if digest is None:
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    row = Row(index, line, None, None, digest=digest)
     try:
-        data = json.loads(text.rstrip())
-    except json.JSONDecodeError as exc:
-        return Row(
-            index, line, None, None, error=f"{where}: invalid JSON: {exc.msg} (column {exc.colno})"
-        )
-    if not isinstance(data, dict):
-        kind = _json_kind(data)
-        return Row(
-            index, line, None, None, error=f"{where}: a row must be a JSON object (got {kind})"
-        )
-    row = Row(index, line, None, None)
-    try:
+        data = _json_object(text)
         row.id = _row_id(data)
         row.prompt = _prompt(data)
         row.label = _label(data)
         row.metadata = _metadata(data)
     except _RowProblem as problem:
-        row.error = f"{where}: {problem}"
+        row.error = f"{name}:{line}: {problem}"
     return row
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """The row's JSON object, checked for what would fail later: depth and lone surrogates."""
+    try:
+        data = _DECODER.decode(text.rstrip())  # json.loads, one call fewer: it runs per row
+    except json.JSONDecodeError as exc:
+        raise _RowProblem(_not_json(text, exc)) from None
+    except RecursionError:
+        raise _RowProblem(_TOO_DEEP) from None
+    except ValueError as exc:  # an integer of more digits than int() reads
+        raise _RowProblem(_bad_number(exc)) from None
+    if not isinstance(data, dict):
+        raise _RowProblem(f"a row must be a JSON object (got {_json_kind(data)})")
+    # Cheap C-level tests first: only a line with that many brackets can be that deep, and
+    # only an escape can make a lone surrogate (the line itself is valid UTF-8).
+    if text.count("{") + text.count("[") > MAX_NESTING and _too_deep(data):
+        raise _RowProblem(_TOO_DEEP)
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        problem = _lone_surrogate(data)
+        if problem is not None:
+            raise _RowProblem(problem)
+    return data
+
+
+_VALID_TEXT = "text must be valid Unicode"
+_TOO_DEEP = f"nested deeper than {MAX_NESTING} levels of objects and arrays; flatten the row"
+
+
+def _not_json(text: str, exc: json.JSONDecodeError) -> str:
+    message = f"invalid JSON: {exc.msg} (column {exc.colno})"
+    if "\r" in text:
+        return f"{message}; the line holds CR line breaks: JSON Lines needs \\n line endings"
+    stripped = text.strip(" \t")
+    if stripped.isspace():
+        return (
+            f"invalid JSON: the line holds only whitespace (U+{ord(stripped[0]):04X}); "
+            "delete it or leave it empty"
+        )
+    return message
+
+
+def _bad_number(exc: ValueError) -> str:
+    if "integer string conversion" not in str(exc):
+        return f"invalid JSON: {exc}"
+    return (
+        f"a number is too long (more than {sys.get_int_max_str_digits()} digits); "
+        "write it as a string"
+    )
+
+
+def _too_deep(data: dict[str, Any]) -> bool:
+    """True when objects and arrays nest deeper than ``MAX_NESTING`` (walked, not recursed)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _lone_surrogate(data: dict[str, Any]) -> str | None:
+    """Name the first string (or key) that holds a lone surrogate, e.g. ``"metadata.k"``."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            for key in item:
+                bad = _surrogate_in(key)
+                if bad is not None:
+                    owner = f'"{where}" has a key' if where else "a key"
+                    return f"{owner} that holds a lone surrogate ({bad}); {_VALID_TEXT}"
+            stack.extend((f"{where}.{k}" if where else k, v) for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+        elif isinstance(item, str):
+            bad = _surrogate_in(item)
+            if bad is not None:
+                return f'"{where}" holds a lone surrogate ({bad}); {_VALID_TEXT}'
+    return None
+
+
+def _surrogate_in(text: str) -> str | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return text[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+    return None
 
 
 class _RowProblem(Exception):

@@ -14,10 +14,13 @@ another run. Every message says what was wrong, where, and how to fix it, in one
     │   └── WrongKindError           the object is not of the kind expected (also a TypeError)
     ├── ConfigError                  an option or config file is invalid (usage error, exit 2)
     ├── DatasetError                 the dataset file cannot be read at all (exit 2)
-    └── RunDirError                  the run directory cannot be used
-        └── FingerprintMismatchError the run directory holds a run with other inputs
+    ├── RunDirError                  the run directory cannot be used
+    │   └── FingerprintMismatchError the run directory holds a run with other inputs
+    └── InfrastructureError          the machine failed mid-run (disk full, writer process lost):
+                                     what finished is kept and the run resumes (exit 4)
 
-The CLI maps every ``OsmosisRunError`` to exit code 2 with its message on one line.
+The CLI maps every ``OsmosisRunError`` raised before a run starts to exit code 2 with its
+message on one line, and an ``InfrastructureError`` during a run to exit code 4.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ __all__ = [
     "DatasetError",
     "FingerprintMismatchError",
     "ImportPathError",
+    "InfrastructureError",
     "LoadError",
     "ModuleNotFoundLoadError",
     "OsmosisRunError",
@@ -79,3 +83,11 @@ class RunDirError(OsmosisRunError):
 
 class FingerprintMismatchError(RunDirError):
     """The run directory was made by a run with different inputs."""
+
+
+class InfrastructureError(OsmosisRunError):
+    """The machine failed under a run (a full disk, a lost writer process), not a rollout.
+
+    The message is one line naming the errno and the path, for example ``disk full writing
+    runs/x/results.jsonl: No space left on device``. What finished before it is kept.
+    """

@@ -1,9 +1,10 @@
 """What a run is made from, so that a resume never mixes two versions in one set of metrics.
 
-The fingerprint holds the dataset's content hash, the workflow and grader paths and a hash of
-the source of the modules that define them, the configs, the samples and the selection. The
-default run directory is named from the dataset and a hash of the fingerprint, so the same
-command finds the same run again, and a changed input gets a directory of its own.
+The fingerprint holds the dataset's content hash (``stdin`` or ``stream`` for a stream, which is
+read once and never hashed), the workflow and grader paths and a hash of the source of the
+modules that define them, the configs, the samples and the selection. The default run directory
+is named from the dataset and a hash of the fingerprint, so the same command finds the same run
+again, and a changed input gets a directory of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from osmosis_run.dataset import sha256_file
+from osmosis_run.dataset import is_stream, sha256_file
 from osmosis_run.selection import Selection
 from osmosis_run.settings import EvalSettings
 
@@ -41,9 +42,8 @@ def build_fingerprint(
 ) -> dict[str, Any]:
     """The inputs that decide a run's results, as plain JSON values."""
     s = settings
-    dataset = s.dataset or "-"
     return {
-        "dataset": "stdin" if dataset == "-" else sha256_file(dataset),
+        "dataset": _dataset_entry(s.dataset or "-"),
         "workflow": s.workflow,
         "workflow_source": source_hash(workflow),
         "grader": s.grader,
@@ -53,6 +53,13 @@ def build_fingerprint(
         "samples": s.samples,
         "selection": json.loads(selection.model_dump_json()),
     }
+
+
+def _dataset_entry(dataset: str) -> str:
+    """The dataset's content hash; a stream, read once, is never read here to hash it."""
+    if dataset == "-":
+        return "stdin"
+    return "stream" if is_stream(dataset) else sha256_file(dataset)
 
 
 def default_run_dir(settings: EvalSettings, fingerprint: dict[str, Any]) -> Path:

@@ -32,6 +32,7 @@ Limits, so that a 20,000-rollout run stays a file a browser opens in well under 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import html
 import json
@@ -196,14 +197,22 @@ def _script_json(value: Any) -> str:
 
 
 def _write(out: Path, text: str) -> Path:
+    """Write whole: to a temporary name beside ``out``, then renamed into place.
+
+    A failure leaves no temporary file behind (``out`` a directory is refused before one).
+    """
     temporary = out.with_name(f".{out.name}.tmp")
     if out.parent.exists() and not out.parent.is_dir():
         raise ConfigError(f"cannot write {out}: {out.parent} is a file; choose another path")
+    if out.is_dir():
+        raise ConfigError(f"cannot write {out}: it is a directory; give a file name")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, out)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
         raise ConfigError(
             f"cannot write {out}: {exc.strerror or exc}; choose another path"
         ) from None

@@ -61,6 +61,8 @@ class ResultLine(BaseModel):
     metadata: dict[str, Any] | None = None
     seed: int | None = None
     finished_at: float | None = None
+    row_hash: str | None = None
+    """A hash of the row's line as read: a resume refuses a row that changed since."""
 
 
 class Distribution(BaseModel):

@@ -10,7 +10,7 @@ from osmosis_run.construct import construct
 from osmosis_run.dataset import Row
 from osmosis_run.records import ResultLine, RolloutState
 from osmosis_run.selection import stable_hash
-from osmosis_run.serialize import encode
+from osmosis_run.serialize import encode, unencodable
 from osmosis_run.types import (
     ExecutionOutcome,
     ExecutionRequest,
@@ -30,6 +30,7 @@ __all__ = [
     "row_fields",
     "status_of",
     "timed_out",
+    "unwritable",
 ]
 
 
@@ -102,7 +103,47 @@ def invalid_line(job: Job) -> ResultLine:
         label=None,
         metadata=None,
         finished_at=round(time.time(), 3),
+        row_hash=job.row.digest,
     )
+
+
+def unwritable(
+    line: ResultLine, outcome: ExecutionOutcome | None, error: ValueError
+) -> tuple[ResultLine, ExecutionOutcome]:
+    """A rollout whose output JSON cannot hold, as that rollout's ``validation_error``.
+
+    The message names the value (``messages[1].content holds a lone surrogate (\\ud800)``);
+    the sample is not kept, since it cannot be written.
+    """
+    where = None
+    if outcome is not None:
+        sample = outcome.result_to_save.sample
+        if sample is not None:
+            where = unencodable(sample.__dict__, path="sample")
+    if where is None:
+        where = unencodable(line.__dict__, path="") or str(error)
+    failed = ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        sample=None,
+        err_message=f"the rollout's output cannot be written as JSON: {where}",
+        err_category=RolloutErrorCategory.VALIDATION_ERROR,
+        extra_fields={
+            "stage": "workflow" if outcome is None or outcome.grader is None else "grader"
+        },
+    )
+    replaced = construct(ExecutionOutcome, workflow=failed, grader=None)
+    fixed = line.model_copy(
+        update={
+            "status": "failure",
+            "error_category": str(RolloutErrorCategory.VALIDATION_ERROR),
+            "error_message": failed.err_message,
+            "reward": None,
+            "passed": False,
+            "metrics": {},
+            "messages": None,
+        }
+    )
+    return fixed, replaced
 
 
 def attempt_error(attempt: int, result: ExecutionResult) -> dict[str, Any]:

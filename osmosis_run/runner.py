@@ -3,21 +3,43 @@
 One ``Runner`` is one ``osmosis-run eval``. ``prepare()`` does everything that can fail before a
 rollout runs (loading, configs, the run directory); ``run()`` streams the selected rows through
 ``LocalBackend`` with at most ``concurrency`` rollouts in flight, enforces deadlines from the
-moment a rollout starts running, retries transient failures, and hands every finished rollout to
-the store and to the reporter. ``stop()`` (Ctrl-C) cancels what is in flight; what finished is
-kept, and the run resumes where it stopped.
+moment a rollout starts running, retries transient failures with back-off, and hands every
+finished rollout to the store and then to the reporter. ``stop()`` (Ctrl-C) cancels what is in
+flight; what finished is kept, and the run resumes where it stopped.
+
+Faults, and what each one leaves (every planned rollout ends with exactly one results line,
+except those a stop or an infrastructure failure leaves unfinished, and then the run resumes):
+
+- whatever user code raises, ``BaseException`` included, is that rollout's failure (LocalBackend);
+  a value that cannot be written as JSON is that rollout's ``validation_error``;
+- rows are read by a thread (``_Feed``), so a slow stdin or FIFO never holds the event loop;
+- a rollout past its deadline is cancelled; one that ignores the cancellation is recorded as a
+  timeout after ``ABANDON_GRACE_S`` more and abandoned (its task is left to itself); one that
+  returns after its deadline (blocking code held the loop) is a timeout too;
+- a stop cancels the rollouts in flight and waits ``STOP_GRACE_S`` at most for them;
+- a watchdog thread names the rollout that holds the event loop for ``BLOCKED_AFTER_S``;
+- a full disk or a lost writer process ends the run with ``RunOutcome.failure`` and a summary of
+  what is durable; a bug in osmosis-run keeps its traceback.
+
+The rollouts' tasks are tracked in a set rather than an ``asyncio.TaskGroup``: a task group waits
+for every task, and a rollout that swallows its cancellation would then hold the run forever.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import random
+import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from osmosis_run import __version__
 from osmosis_run.atif import trajectory_from_messages
@@ -25,10 +47,11 @@ from osmosis_run.backend import LocalBackend
 from osmosis_run.components import check_inputs, load_components, selection_of
 from osmosis_run.construct import construct
 from osmosis_run.context import RolloutContext
-from osmosis_run.dataset import iter_rows, rollout_id
+from osmosis_run.dataset import is_stream, iter_rows, rollout_id
+from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunError
 from osmosis_run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.metrics import MetricsAccumulator
-from osmosis_run.records import ResultLine, Summary
+from osmosis_run.records import ERROR_STATUSES, ResultLine, Summary
 from osmosis_run.rollouts import (
     Job,
     attempt_error,
@@ -39,11 +62,12 @@ from osmosis_run.rollouts import (
     row_fields,
     status_of,
     timed_out,
+    unwritable,
 )
 from osmosis_run.selection import count_planned, select
 from osmosis_run.serialize import encode
 from osmosis_run.settings import EvalSettings, settings_to_toml
-from osmosis_run.store import RUN_CONFIG, RunStore
+from osmosis_run.store import RUN_CONFIG, RunStore, infrastructure_error, read_results
 from osmosis_run.types import (
     ExecutionOutcome,
     ExecutionRequest,
@@ -51,7 +75,7 @@ from osmosis_run.types import (
     RolloutErrorCategory,
 )
 
-__all__ = ["Reporter", "RunOutcome", "Runner"]
+__all__ = ["Reporter", "RunOutcome", "Runner", "retry_delay", "run_to_completion"]
 
 LOOKAHEAD = 256
 DIR_BATCH = 32
@@ -63,28 +87,140 @@ WRITER_PROCESS_FROM = 200
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0
 TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
+# Retries back off exponentially with jitter: attempt n waits a random time in
+# [d/2, d] with d = min(RETRY_MAX_S, RETRY_BASE_S * 2**(n-1)), or the Retry-After the failure
+# carried if that is longer (at most an hour).
+RETRY_BASE_S = 0.5
+RETRY_MAX_S = 30.0
+# A rollout past its deadline that ignores its cancellation this long is abandoned.
+ABANDON_GRACE_S = 2.0
+# After a stop, rollouts in flight get this long to end before they are abandoned.
+STOP_GRACE_S = 2.0
+# The watchdog names a rollout that holds the event loop this long (blocking code).
+BLOCKED_AFTER_S = 3.0
+WATCH_EVERY_S = 0.5
+# Rows are read by a thread and handed to the event loop in batches of at most FEED_BATCH
+# jobs, FEED_AHEAD batches at most waiting: memory stays O(concurrency + look-ahead).
+FEED_BATCH = 64
+FEED_AHEAD = 4
+_UNRECORDED = object()
+# At the end of a run, what is still running gets this long to end after its cancellation.
+CLOSE_GRACE_S = 0.5
+
+T = TypeVar("T")
+
+
+def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, except that user code left running is not waited for at the end.
+
+    ``asyncio.run`` cancels every task still running when ``main`` returns and waits for all
+    of them; a rollout that swallows its cancellation (and was abandoned) would make it wait
+    forever. Here such tasks get ``CLOSE_GRACE_S`` and are then dropped with the loop.
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=CLOSE_GRACE_S))
+            left = {task for task in pending if not task.done()}
+            if left:  # they are destroyed pending: that is the point, not an error to log
+                loop.set_exception_handler(_quiet_about(left, loop.get_exception_handler()))
+                for task in left:
+                    _close_now(task)
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _close_now(task: asyncio.Task[Any]) -> None:
+    """Close an abandoned task's coroutine now rather than whenever it is garbage-collected.
+
+    Its frames then unwind here (GeneratorExit), not in the middle of unrelated work later.
+    """
+    with contextlib.suppress(BaseException):  # it may ignore GeneratorExit too: drop it anyway
+        task.get_coro().close()
+
+
+def _quiet_about(
+    abandoned: set[asyncio.Task[Any]], handler: Any
+) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("task") in abandoned:
+            return
+        if handler is not None:
+            handler(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    return handle
 
 
 class Reporter(Protocol):
     """Receives progress; the CLI renders it. Called on the event loop: keep it cheap."""
 
-    def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
-        """The run is about to start: ``done`` rollouts were finished before."""
+    def started(self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int) -> None:
+        """The run is about to start: ``done`` rollouts were finished before.
+
+        ``kept_failures`` of those failed (failure, timeout or invalid) and are kept as they are
+        (``--retry-failed`` would run them again).
+        """
+
+    def already_done(self, raw: bytes) -> None:
+        """A results line an earlier invocation wrote (no newline); only with ``--jsonl``.
+
+        Called for every such line, in file order, after ``started`` and before any
+        ``rollout_finished``: a pipeline's output is the whole run's results.
+        """
 
     def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
-        """One rollout finished; ``raw`` is its results.jsonl line (no newline)."""
+        """One rollout finished and was handed to the writer; ``raw`` is its results line."""
 
     def stalled(self, rollout_id: str, seconds: float) -> None:
         """A rollout has been running for ``seconds`` (reported once per rollout)."""
 
+    def blocked(self, rollout_id: str | None, seconds: float) -> None:
+        """The event loop has been held for ``seconds`` by one rollout's synchronous code.
+
+        Called from a watchdog THREAD (the event loop is the thing that is stuck), at most once
+        per rollout: it must only write a line to stderr.
+        """
+
 
 @dataclass
 class RunOutcome:
-    """What a run left: where, its summary, and whether it was interrupted."""
+    """What a run left: where, its summary, whether it was interrupted, and why it failed.
+
+    ``failure`` is set when the run could not go on: the machine failed under it
+    (``InfrastructureError``: a full disk, a lost writer process) or a streamed dataset turned
+    out to be another one (``DatasetError``). ``summary`` then counts what is durable in
+    results.jsonl, and the run resumes once the cause is fixed. ``abandoned`` counts rollouts
+    whose code ignored cancellation and may still be running: the process should exit rather
+    than wait for them.
+    """
 
     run_dir: Path
     summary: Summary
     interrupted: bool
+    failure: OsmosisRunError | None = None
+    abandoned: int = 0
+
+
+def retry_delay(attempt: int, retry_after: float | None, rng: random.Random) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: exponential back-off with jitter.
+
+    ``retry_after`` (what a rate-limited request asked for) wins when it is longer.
+    """
+    ceiling = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (attempt - 1))
+    delay = rng.uniform(ceiling / 2, ceiling)
+    return max(delay, retry_after) if retry_after is not None else delay
 
 
 @dataclass(slots=True)
@@ -109,8 +245,174 @@ class _DirBatch:
         await asyncio.shield(self.waiter)
 
 
+class _RawStream:
+    """A file descriptor read with plain ``os.read`` calls (no buffered object, no lock).
+
+    The feed thread may be blocked reading a stdin that stays open when the run ends; a
+    buffered stream's lock held by that thread would abort the interpreter's shutdown.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def read1(self, size: int = -1) -> bytes:
+        return os.read(self._fd, size if size > 0 else 1 << 16)
+
+    def read(self, size: int = -1) -> bytes:
+        return self.read1(size)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class _Borrowed:
+    """A stream read but not owned: closing it leaves it open."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def read1(self, size: int = -1) -> bytes:
+        read = getattr(self._stream, "read1", self._stream.read)
+        data: bytes = read(size if size > 0 else 1 << 16)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        return self.read1(size)
+
+    def close(self) -> None:
+        pass
+
+
+class _Feed:
+    """Jobs made by a thread from the dataset's rows, handed to the event loop in batches.
+
+    Reading a row can block (a stdin or FIFO whose producer is slow): the thread blocks, never
+    the event loop, so rollouts keep running and Ctrl-C acts at once. The thread hands over what
+    it has before each read that may block, so a live producer's rows start as they arrive.
+    """
+
+    def __init__(
+        self,
+        make: Callable[[Callable[[], None]], Iterator[Job]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._make = make
+        self._loop = loop
+        self._queue: asyncio.Queue[list[Job] | BaseException | None] = asyncio.Queue()
+        self._room = threading.Semaphore(FEED_AHEAD)
+        self._closed = threading.Event()
+        self._batch: list[Job] = []
+        self._thread = threading.Thread(target=self._read, name="osmosis-run rows", daemon=True)
+        self._thread.start()
+
+    async def next_batch(self) -> list[Job] | None:
+        """The next batch of jobs, or None at the end of the rows.
+
+        Raises:
+            DatasetError: the dataset could not be read, or is not the one recorded.
+        """
+        item = await self._queue.get()
+        self._room.release()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop reading (a thread blocked on a read is left to end with the process)."""
+        self._closed.set()
+        self._room.release()
+
+    def _read(self) -> None:
+        try:
+            for job in self._make(self._flush):
+                self._batch.append(job)
+                if len(self._batch) >= FEED_BATCH:
+                    self._flush()
+            self._flush()
+            self._put(None)
+        except _Closed:
+            return
+        except BaseException as exc:  # handed to the event loop, raised there
+            self._put_quietly(exc)
+
+    def _flush(self) -> None:
+        if self._batch:
+            batch, self._batch = self._batch, []
+            self._put(batch)
+
+    def _put(self, item: list[Job] | BaseException | None) -> None:
+        self._room.acquire()
+        if self._closed.is_set():
+            raise _Closed
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: the run is over
+            raise _Closed from None
+
+    def _put_quietly(self, item: BaseException) -> None:
+        with contextlib.suppress(_Closed):
+            self._put(item)
+
+
+class _Closed(Exception):
+    """The feed was closed while its thread was handing a batch over."""
+
+
+class _Watchdog:
+    """A thread that names the rollout holding the event loop (blocking code in a workflow).
+
+    The event loop beats every ``TICK_S``; when it has not beaten for ``after_s``, the
+    task running on it is the culprit. Each rollout is named once.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        report: Callable[[str | None, float], None],
+        running: dict[str, float],
+        *,
+        after_s: float,
+    ) -> None:
+        self.beat = time.monotonic()
+        self._after_s = after_s
+        self._loop = loop
+        self._report = report
+        self._running = running
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._watch, name="osmosis-run watchdog", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        named: set[str | None] = set()
+        while not self._stop.wait(min(WATCH_EVERY_S, self._after_s / 4)):
+            held = time.monotonic() - self.beat
+            if held < self._after_s:
+                continue
+            task = asyncio.current_task(self._loop)
+            name = task.get_name() if task is not None else None
+            culprit = name if name in self._running else None
+            if culprit not in named:
+                named.add(culprit)
+                self._report(culprit, held)
+
+
 class Runner:
-    """Run one evaluation described by ``EvalSettings``."""
+    """Run one evaluation described by ``EvalSettings``.
+
+    Args:
+        settings: the run.
+        reporter: receives progress (the CLI renders it).
+        stall_after_s: a rollout running this long without a deadline is reported once.
+        blocked_after_s: a rollout holding the event loop this long is reported once.
+        writer_process: whether large runs may write through a writer process.
+        sleep: how retries wait (tests pass a fake clock).
+        rng: the jitter of retry back-off.
+    """
 
     def __init__(
         self,
@@ -118,18 +420,27 @@ class Runner:
         *,
         reporter: Reporter | None = None,
         stall_after_s: float = STALL_AFTER_S,
+        blocked_after_s: float = BLOCKED_AFTER_S,
         writer_process: bool = True,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
     ) -> None:
         self.settings = settings
         self.reporter = reporter
         self.stall_after_s = stall_after_s
+        self.blocked_after_s = blocked_after_s
         self.writer_process = writer_process
         self.selection = selection_of(settings)
         self.store: RunStore | None = None
         self.backend: LocalBackend | None = None
         self.planned: int | None = None
-        self._finished: set[str] = set()
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        # rollout id -> the row hash its results line recorded (None in runs from before).
+        self._finished: dict[str, str | None] = {}
         self._resumed = 0
+        self._kept_failures = 0
+        self._earlier: list[bytes] = []  # earlier results lines to stream, with --jsonl
         # A complete run's summary.json, when it is resumed with nothing left to do.
         self._kept: Summary | None = None
         self._endpoint = RolloutContext(
@@ -141,8 +452,14 @@ class Runner:
             samples=settings.samples,
             group_by=settings.group_by,
         )
-        self._stopping = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._orphans: set[asyncio.Future[Any]] = set()  # abandoned user code, maybe running
+        self._unreported: list[tuple[ResultLine, bytes]] = []
+        self._halting = False
+        self._failure: OsmosisRunError | None = None
+        self._bug: BaseException | None = None
         self._main: asyncio.Task[Any] | None = None
+        self._watchdog: _Watchdog | None = None
         self._started = 0.0
 
     def prepare(self) -> None:
@@ -170,10 +487,9 @@ class Runner:
         self._kept = self._kept_summary()
         if self._kept is not None:
             self._resumed = self._kept.rollouts
+            self._kept_failures = self._kept.errors
         else:
-            self._finished = self.store.load_finished(
-                drop_failed=s.retry_failed, on_line=self._metrics.add
-            )
+            self.store.load_finished(drop_failed=s.retry_failed, on_line=self._resume_line)
             self._resumed = len(self._finished)
         self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
         to_do = None if self.planned is None else self.planned - self._resumed
@@ -181,15 +497,25 @@ class Runner:
             to_do is None or to_do >= WRITER_PROCESS_FROM
         )
 
+    def _resume_line(self, line: ResultLine, raw: bytes) -> None:
+        """Take one results line of an earlier invocation back."""
+        self._finished[line.rollout_id] = line.row_hash
+        self._metrics.add(line)
+        if line.status in ERROR_STATUSES:
+            self._kept_failures += 1
+        if self.settings.jsonl:
+            self._earlier.append(raw)
+
     def _kept_summary(self) -> Summary | None:
         """A finished run's summary.json, when nothing is left to do and it still holds.
 
         Reading every result back is most of a resume's cost, and pointless when the run is
         complete: summary.json serves when results.jsonl has not changed since it was written
         and it counts every planned rollout with this run's threshold, grouping and samples.
+        With ``--jsonl`` the results are read anyway, to be streamed.
         """
         s, store = self.settings, self.store
-        if s.retry_failed or self.planned is None or store is None:
+        if s.retry_failed or s.jsonl or self.planned is None or store is None:
             return None
         kept = store.current_summary()
         if (
@@ -213,31 +539,96 @@ class Runner:
 
     def stop(self) -> None:
         """Stop scheduling and cancel the rollouts in flight; ``run()`` then returns."""
-        if not self._stopping and self._main is not None:
-            self._stopping = True
+        self._halt()
+
+    def _halt(self) -> None:
+        if not self._halting and self._main is not None:
+            self._halting = True
             self._main.cancel()
 
+    def _fail(self, failure: OsmosisRunError) -> None:
+        """Stop the run on a failure of the machine (or a changed stream); keep the first."""
+        if self._failure is None:
+            self._failure = failure
+        self._halt()
+
     async def run(self) -> RunOutcome:
-        """Run every selected rollout not finished before; return the summary."""
+        """Run every selected rollout not finished before; return the summary.
+
+        Raises:
+            OsmosisRunError: the run directory cannot be opened (``prepare``).
+        """
         if self.store is None:
             self.prepare()
         assert self.store is not None
         self._main = asyncio.current_task()
         self._started = time.perf_counter()
         if self.reporter is not None:
-            self.reporter.started(run_dir=self.store.dir, planned=self.planned, done=self._resumed)
-        interrupted = False
+            self.reporter.started(
+                run_dir=self.store.dir,
+                planned=self.planned,
+                done=self._resumed,
+                kept_failures=self._kept_failures,
+            )
+            for raw in self._earlier:
+                self.reporter.already_done(raw)
+        self._earlier = []
         try:
             await self._execute()
-        except asyncio.CancelledError:
-            if not self._stopping or self._main is None:
-                raise
-            self._main.uncancel()
-            interrupted = True
-        finally:
-            summary = self.summary(interrupted=interrupted)
-            self.store.close(summary)
-        return RunOutcome(run_dir=self.store.dir, summary=summary, interrupted=interrupted)
+        except InfrastructureError as exc:
+            self._failure = self._failure or exc
+        summary = self._close()
+        if self._bug is not None:
+            raise self._bug
+        return RunOutcome(
+            run_dir=self.store.dir,
+            summary=summary,
+            interrupted=self._halting and self._failure is None,
+            failure=self._failure,
+            abandoned=self._abandon_orphans(),
+        )
+
+    def _close(self) -> Summary:
+        """Write what finished and the summary; after a failure, the summary of what is durable."""
+        assert self.store is not None
+        interrupted = self._halting
+        try:
+            self.store.close(self.summary(interrupted=interrupted) if not self._failure else None)
+        except InfrastructureError as exc:
+            self._failure = self._failure or exc
+        if self._failure is None:
+            self._report_handed()
+            return self.summary(interrupted=interrupted)
+        summary = self._durable_summary()
+        with contextlib.suppress(InfrastructureError, OSError):  # the disk may still be full
+            self.store.write_summary(summary)
+        return summary
+
+    def _durable_summary(self) -> Summary:
+        """The summary of the results that reached results.jsonl (after a failure)."""
+        assert self.store is not None
+        metrics = MetricsAccumulator(
+            pass_threshold=self.settings.pass_threshold,
+            samples=self.settings.samples,
+            group_by=self.settings.group_by,
+        )
+        seen: set[str] = set()
+        for line in read_results(self.store.dir):
+            if line.rollout_id not in seen:
+                seen.add(line.rollout_id)
+                metrics.add(line)
+        wall = time.perf_counter() - self._started if self._started else None
+        summary = metrics.summary(planned=self.planned, wall_s=wall)
+        summary.interrupted = True
+        summary.complete = False
+        return summary
+
+    def _abandon_orphans(self) -> int:
+        """Cancel abandoned user code once more; count what may still be running."""
+        pending = [task for task in self._orphans if not task.done()]
+        for task in pending:
+            task.cancel()
+        return len(pending)
 
     def summary(self, *, interrupted: bool = False) -> Summary:
         """The summary of what has finished so far."""
@@ -257,50 +648,96 @@ class Runner:
         assert self.store is not None
         limit = self.concurrency
         window = asyncio.Semaphore(limit) if limit else None
-        replies = self.store.start_writer()
         loop = asyncio.get_running_loop()
+        replies = self.store.start_writer()
         if replies is not None:
             loop.add_reader(replies, self.store.poll)
-        async with asyncio.TaskGroup() as outer:
-            ticker = outer.create_task(self._tick())
-            try:
-                async with asyncio.TaskGroup() as group:
-                    for job in self._prefetched(self._jobs()):
-                        if job.row.error is not None:
-                            self._record(job, invalid_line(job), result=None, request=None)
-                            continue
-                        if window is not None:
-                            await window.acquire()
-                        group.create_task(self._run_job(job, window))
-            finally:
-                ticker.cancel()
-                if replies is not None:
-                    loop.remove_reader(replies)
+        ticker = loop.create_task(self._tick())
+        if self.reporter is not None:
+            self._watchdog = _Watchdog(
+                loop, self.reporter.blocked, self._running, after_s=self.blocked_after_s
+            )
+        feed = _Feed(self._jobs, loop)
+        try:
+            await self._schedule(feed, window)
+            while self._tasks:
+                await asyncio.wait(set(self._tasks))
+        except asyncio.CancelledError:
+            if not self._halting or self._main is None:
+                raise
+            self._main.uncancel()
+            await self._cancel_in_flight()
+        finally:
+            feed.close()
+            if self._watchdog is not None:
+                self._watchdog.stop()
+            ticker.cancel()
+            if replies is not None:
+                loop.remove_reader(replies)
 
-    def _prefetched(self, jobs: Iterator[Job]) -> Iterator[Job]:
-        """Yield jobs whose artifacts directories the writer process is making ahead of time.
-
-        Directory creation is most of a trivial rollout's file-system cost; made ahead, in
-        batches, on another core, it is off the rollout's path. The look-ahead is bounded
-        (``LOOKAHEAD`` jobs). Without a writer process, or with rows from stdin (a live
-        producer's rows start as soon as they arrive), the backend makes each when it starts.
-        """
-        if self.store is None or not self.store.writer_process or self.settings.dataset == "-":
-            yield from jobs
-            return
+    async def _schedule(self, feed: _Feed, window: asyncio.Semaphore | None) -> None:
+        """Start a task per job as rows arrive, within the window."""
         ahead: deque[Job] = deque()
         batch: list[Job] = []
-        for job in jobs:
-            ahead.append(job)
-            if job.row.error is None:
-                batch.append(job)
-            if len(batch) == DIR_BATCH:
-                self._make_dirs(batch)
-                batch = []
-            if len(ahead) > LOOKAHEAD:
-                yield ahead.popleft()
+        prefetch = self.store is not None and self.store.writer_process
+        lookahead = LOOKAHEAD if prefetch and not is_stream(self.settings.dataset or "-") else 0
+        while (jobs := await self._next_jobs(feed)) is not None:
+            for job in jobs:
+                ahead.append(job)
+                if prefetch and job.row.error is None:
+                    batch.append(job)
+                    if len(batch) == DIR_BATCH or not lookahead:
+                        self._make_dirs(batch)
+                        batch = []
+                while len(ahead) > lookahead:
+                    await self._start(ahead.popleft(), window)
         self._make_dirs(batch)
-        yield from ahead
+        while ahead:
+            await self._start(ahead.popleft(), window)
+
+    async def _next_jobs(self, feed: _Feed) -> list[Job] | None:
+        try:
+            return await feed.next_batch()
+        except DatasetError as exc:
+            self._fail(exc)
+            await asyncio.sleep(0)  # the halt's cancellation lands here
+            raise
+
+    async def _start(self, job: Job, window: asyncio.Semaphore | None) -> None:
+        if job.row.error is not None:
+            self._record(job, invalid_line(job), result=None, request=None)
+            return
+        if window is not None:
+            await window.acquire()
+        task = asyncio.get_running_loop().create_task(
+            self._run_job(job, window), name=job.rollout_id
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, OSError):  # a directory batch of the writer process failed
+            exc = infrastructure_error(exc, doing="making rollout directories in")
+        if isinstance(exc, InfrastructureError):
+            self._fail(exc)
+        else:  # a bug: stop, and raise it from run() with its traceback
+            if self._bug is None:
+                self._bug = exc
+            self._halt()
+
+    async def _cancel_in_flight(self) -> None:
+        """Cancel the rollouts in flight; abandon those still running after ``STOP_GRACE_S``."""
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE_S)
+            self._orphans.update(pending)
 
     def _make_dirs(self, batch: list[Job]) -> None:
         """Have the writer process make a batch of artifacts directories."""
@@ -309,8 +746,17 @@ class Runner:
         if not batch:
             return
         ids = [job.rollout_id for job in batch]
-        future = self.store.make_dirs(ids)
-        assert future is not None
+        try:
+            future = self.store.make_dirs(ids)
+        except OSError as exc:  # the writer process is gone, or failed before
+            failure = exc if isinstance(exc, InfrastructureError) else None
+            self._fail(failure or infrastructure_error(exc, doing="making rollout directories in"))
+            return
+        except InfrastructureError as exc:
+            self._fail(exc)
+            return
+        if future is None:
+            return
         adopt = self.backend.adopt_artifacts_dirs
 
         def made(done: Future[list[str]]) -> None:
@@ -331,7 +777,14 @@ class Runner:
         next_check = time.perf_counter() + min(STALL_CHECK_S, self.stall_after_s / 2)
         while True:
             await asyncio.sleep(TICK_S)
-            self.store.hand_off()
+            if self._watchdog is not None:
+                self._watchdog.beat = time.monotonic()
+            try:
+                self.store.hand_off()
+            except InfrastructureError as exc:
+                self._fail(exc)
+                return
+            self._report_handed()
             now = time.perf_counter()
             if not watch or now < next_check:
                 continue
@@ -341,15 +794,30 @@ class Runner:
                     warned.add(rid)
                     self.reporter.stalled(rid, now - started)
 
-    def _jobs(self) -> Iterator[Job]:
-        assert self.settings.dataset is not None
+    def _jobs(self, on_wait: Callable[[], None]) -> Iterator[Job]:
+        """The rollouts left to run, row by row (runs in the feed's thread).
+
+        Raises:
+            DatasetError: a row differs from the row an earlier invocation recorded for it.
+        """
+        dataset = self.settings.dataset
+        assert dataset is not None
         if self.planned is not None and self._resumed >= self.planned:
             return  # all finished before: the fingerprint pins the dataset and the selection
-        for row in select(iter_rows(self.settings.dataset), self.selection):
-            for k in range(self.settings.samples):
-                rid = rollout_id(row.part, k)
-                if rid not in self._finished:
-                    yield Job(row, k, rid, rollout_seed(self.settings.seed, row.key, k))
+        source = _open_stream(dataset) if is_stream(dataset) else None
+        try:
+            rows = iter_rows(dataset, source=source, on_wait=on_wait)
+            for row in select(rows, self.selection):
+                for k in range(self.settings.samples):
+                    rid = rollout_id(row.part, k)
+                    recorded = self._finished.get(rid, _UNRECORDED)
+                    if recorded is _UNRECORDED:
+                        yield Job(row, k, rid, rollout_seed(self.settings.seed, row.key, k))
+                    elif recorded is not None and recorded != row.digest:
+                        raise DatasetError(_changed_row(dataset, row.line, rid))
+        finally:
+            if source is not None:
+                source.close()
 
     async def _run_job(self, job: Job, window: asyncio.Semaphore | None) -> None:
         try:
@@ -382,7 +850,10 @@ class Runner:
             result = outcome.result
             if attempt == attempts or result.err_category not in TRANSIENT:
                 break
-            job.attempt_errors.append(attempt_error(attempt, result))
+            diagnostics = result.extra_fields or {}
+            delay = retry_delay(attempt, diagnostics.get("retry_after_s"), self._rng)
+            job.attempt_errors.append({**attempt_error(attempt, result), "retry_in_s": delay})
+            await self._sleep(delay)
         return request, outcome, timings, attempt
 
     def _context(self, job: Job) -> RolloutContext:
@@ -408,14 +879,15 @@ class Runner:
         backend = self.backend
         assert backend is not None
         started = time.perf_counter()
-        workflow = await _deadline(
-            backend.run_workflow(request), request.agent_timeout_sec, "workflow", None
+        workflow = await self._within(
+            backend.run_workflow(request), request, request.agent_timeout_sec, "workflow", None
         )
         graded_at = time.perf_counter()
         grader = None
         if backend.grading_applies(request, workflow):
-            grader = await _deadline(
+            grader = await self._within(
                 backend.run_grader(request, workflow),
+                request,
                 request.grader_timeout_sec,
                 "grader",
                 workflow,
@@ -426,6 +898,50 @@ class Runner:
             "grader_ms": (done - graded_at) * 1000 if grader is not None else None,
         }
         return construct(ExecutionOutcome, workflow=workflow, grader=grader), timings
+
+    async def _within(
+        self,
+        work: Coroutine[Any, Any, ExecutionResult],
+        request: ExecutionRequest,
+        seconds: float | None,
+        stage: str,
+        workflow: ExecutionResult | None,
+    ) -> ExecutionResult:
+        """Run a stage within its deadline; past it, a timeout result (the sample kept).
+
+        With a deadline the stage runs in a task of its own, so that the rollout can stop
+        waiting for code that ignores its cancellation (abandoned after ``ABANDON_GRACE_S``).
+        A stage that returns after its deadline (blocking code held the event loop, so the
+        timer could not fire) is a timeout as well.
+        """
+        if seconds is None:
+            return await work
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        task = loop.create_task(work, name=request.id)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=seconds)
+            if not done:
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=ABANDON_GRACE_S)
+        except asyncio.CancelledError:  # the run is stopping: the stage goes with it
+            task.cancel()
+            self._orphan(task)
+            raise
+        if not done:
+            self._orphan(task)
+            return timed_out(stage, seconds, workflow)
+        if task.cancelled() or loop.time() > deadline:
+            if not task.cancelled():
+                task.exception()  # retrieved: a late result is dropped, not logged
+            return timed_out(stage, seconds, workflow)
+        return task.result()
+
+    def _orphan(self, task: asyncio.Future[Any]) -> None:
+        """Keep a reference to user code left running, until it ends."""
+        if not task.done():
+            self._orphans.add(task)
+            task.add_done_callback(self._orphans.discard)
 
     def _line(
         self, job: Job, outcome: ExecutionOutcome, timings: dict[str, float | None], attempts: int
@@ -457,6 +973,7 @@ class Runner:
             metadata=job.row.metadata,
             seed=job.seed,
             finished_at=round(time.time(), 3),
+            row_hash=job.row.digest,
         )
 
     def _record(
@@ -468,18 +985,60 @@ class Runner:
         request: ExecutionRequest | None,
         timings: dict[str, float | None] | None = None,
     ) -> None:
+        """Write one finished rollout; report it once it is handed to the writer."""
+        assert self.store is not None
+        try:
+            raw, line, doc, trajectory = self._documents(job, line, result, request, timings)
+        except ValueError as exc:  # user output that JSON cannot hold: this rollout's failure
+            line, result = unwritable(line, result, exc)
+            raw, line, doc, trajectory = self._documents(job, line, result, request, timings)
+        try:
+            self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
+        except InfrastructureError as exc:
+            self._fail(exc)
+            return
+        self._metrics.add(line)
+        if self.reporter is not None:
+            self._unreported.append((line, raw))
+            self._report_handed()
+
+    def _documents(
+        self,
+        job: Job,
+        line: ResultLine,
+        result: ExecutionOutcome | None,
+        request: ExecutionRequest | None,
+        timings: dict[str, float | None] | None,
+    ) -> tuple[bytes, ResultLine, bytes, bytes | None]:
+        """The results line, result.json and trajectory.json of a rollout, redacted.
+
+        Raises:
+            ValueError: the rollout's output holds a value JSON cannot hold.
+        """
         assert self.store is not None
         raw = encode(line.__dict__)
         if self.store.has_secrets:
             # A workflow may put the key in an error message: keep it out of memory too.
-            redacted = self.store.redact_bytes(raw)
+            redacted = self.store.redactor.json_bytes(raw)
             if redacted != raw:
                 raw, line = redacted, ResultLine.model_validate_json(redacted)
         doc = result_document(job, line, result, request, timings)
-        trajectory = self._trajectory(line, result)
-        self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
-        self._metrics.add(line)
-        if self.reporter is not None:
+        return raw, line, doc, self._trajectory(line, result)
+
+    def _report_handed(self) -> None:
+        """Report the rollouts handed to the writer since the last call, in order.
+
+        A ``--jsonl`` line is never printed before its rollout is handed to the writer: what a
+        pipeline saw is in results.jsonl even if the run is killed right after.
+        """
+        if not self._unreported or self.reporter is None or self.store is None:
+            return
+        count = len(self._unreported) - self.store.pending
+        if count <= 0:
+            return
+        handed = self._unreported[:count]
+        del self._unreported[:count]
+        for line, raw in handed:
             self.reporter.rollout_finished(line, raw)
 
     def _trajectory(self, line: ResultLine, outcome: ExecutionOutcome | None) -> bytes | None:
@@ -499,18 +1058,29 @@ class Runner:
         return encode(doc) if doc is not None else None
 
 
-async def _deadline(
-    work: Any, seconds: float | None, stage: str, workflow: ExecutionResult | None
-) -> ExecutionResult:
-    """Await ``work`` within ``seconds``; past it, a timeout result (the sample kept)."""
-    if seconds is None:
-        result: ExecutionResult = await work
-        return result
+def _open_stream(dataset: str) -> Any:
+    """The stream a dataset of ``-`` (stdin) or a FIFO is read from (in the feed's thread).
+
+    The process's real stdin is read through its file descriptor; a replaced ``sys.stdin``
+    (a test harness, an embedding program) through its binary buffer.
+    """
+    if dataset == "-":
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        try:
+            if stdin.fileno() == 0:
+                return _RawStream(os.dup(0))
+        except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError
+            pass
+        return _Borrowed(stdin)
     try:
-        async with asyncio.timeout(seconds) as scope:
-            result = await work
-    except TimeoutError:
-        return timed_out(stage, seconds, workflow)
-    if scope.expired():  # the user's code swallowed the cancellation, or blocked
-        return timed_out(stage, seconds, workflow)
-    return result
+        return _RawStream(os.open(dataset, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset {dataset}: {exc.strerror or exc}") from None
+
+
+def _changed_row(dataset: str, line: int, rollout: str) -> str:
+    name = "<stdin>" if dataset == "-" else dataset
+    return (
+        f"{name}:{line}: this row differs from the one the run recorded for {rollout}: this "
+        "is another dataset; choose another --out, or add --fresh to start the run over"
+    )

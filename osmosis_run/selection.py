@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from osmosis_run.dataset import Row, iter_rows
+from osmosis_run.dataset import Row, count_rows, is_stream, iter_rows
 from osmosis_run.errors import ConfigError
 
 __all__ = [
@@ -123,14 +123,20 @@ def _shuffled(rows: Iterator[Row], selection: Selection) -> Iterator[Row]:
 
 
 def count_planned(dataset: str | None, selection: Selection, samples: int) -> int | None:
-    """How many rollouts the selection holds (None for stdin)."""
-    if dataset is None or dataset == "-":
+    """How many rollouts the selection holds (None for a stream: stdin, a FIFO).
+
+    Rows are counted by the reader's own definition of a line, so the count is what a run
+    reads; only a selection by id or key parses the rows.
+
+    Raises:
+        DatasetError: the file cannot be read.
+    """
+    if dataset is None or is_stream(dataset):
         return None
     if selection.ids is not None or selection.shard is not None or selection.shuffle:
         rows = sum(1 for _ in select(iter_rows(dataset), selection))
         return rows * samples
-    with open(dataset, "rb") as f:
-        total = sum(1 for raw in f if raw.strip())
+    total = count_rows(dataset)
     indices = range(selection.offset, total)
     if selection.rows is not None:
         ranges = selection.rows

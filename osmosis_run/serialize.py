@@ -1,4 +1,10 @@
-"""JSON encoding for what a run writes: strict JSON (no NaN), never failing on odd values."""
+"""JSON encoding for what a run writes: strict JSON (no NaN), never failing on odd values.
+
+Strings must be valid Unicode and bytes UTF-8 text: a lone surrogate (``"\\ud800"``) or bytes such
+as ``b"\\xff"`` in what a workflow returns cannot be written as JSON. ``encode`` raises
+``ValueError`` then, and ``unencodable`` names the value, so that the runner records that
+rollout as a ``validation_error`` instead of failing the run.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from typing import Any
 
 import pydantic_core
 
-__all__ = ["encode"]
+__all__ = ["encode", "unencodable"]
 
 
 def encode(value: Any) -> bytes:
@@ -14,5 +20,60 @@ def encode(value: Any) -> bytes:
 
     pydantic-core's encoder (already a dependency) is several times faster than ``json.dumps``,
     and this runs a few times per rollout.
+
+    Raises:
+        ValueError: a string holds a lone surrogate, or bytes are not UTF-8 text.
     """
     return pydantic_core.to_json(value, inf_nan_mode="null", fallback=str)
+
+
+def unencodable(value: Any, *, path: str) -> str | None:
+    """Where ``value`` holds something ``encode`` refuses, and what: ``None`` if nothing.
+
+    Walks dicts, lists and tuples without recursion, e.g. ``messages[1].content holds a lone
+    surrogate (\\ud800)``.
+    """
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in reversed(item.items()):
+                problem = _text_problem(key)
+                if problem is not None:
+                    return f"{where} has a key that {problem}"
+                stack.append((f"{where}.{key}" if where else str(key), child))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+        else:
+            problem = _text_problem(item)
+            if problem is None and not isinstance(item, str | bytes | int | float | bool):
+                problem = _other_problem(item)
+            if problem is not None:
+                return f"{where} {problem}"
+    return None
+
+
+def _text_problem(item: object) -> str | None:
+    if isinstance(item, str):
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = item[exc.start : exc.end].encode("unicode_escape").decode("ascii")
+            return f"holds a lone surrogate ({bad}); text must be valid Unicode"
+    elif isinstance(item, bytes | bytearray):
+        try:
+            bytes(item).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return (
+                f"is bytes that are not UTF-8 text (byte 0x{item[exc.start]:02x} at {exc.start}); "
+                "return text (str)"
+            )
+    return None
+
+
+def _other_problem(item: object) -> str | None:
+    try:
+        encode(item)
+    except ValueError as exc:
+        return f"cannot be written as JSON ({type(item).__name__}: {exc})"
+    return None

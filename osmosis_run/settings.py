@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,8 +70,8 @@ class EvalSettings(BaseModel):
     out: str | None = None
     runs_dir: str = "runs"
     samples: int = Field(1, ge=1)
-    limit: int | None = Field(None, ge=0)
-    offset: int = Field(0, ge=0)
+    limit: int | None = Field(None, ge=0, le=sys.maxsize)
+    offset: int = Field(0, ge=0, le=sys.maxsize)
     rows: str | None = None
     ids: list[str] | None = None
     shuffle: bool = False
@@ -101,6 +102,14 @@ class EvalSettings(BaseModel):
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):
             raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("limit", "offset", mode="before")
+    @classmethod
+    def _whole_rows(cls, value: Any) -> Any:
+        # TOML reads `limit = 1e23` as a float: say that it is too large, not "not a string".
+        if isinstance(value, float) and math.isfinite(value) and abs(value) > sys.maxsize:
+            raise ValueError(f"must be at most {sys.maxsize}")
         return value
 
     @field_validator("group_by")
@@ -203,12 +212,19 @@ def load_config_file(path: Path) -> dict[str, Any]:
     """Read a config file into settings keys, paths made absolute.
 
     Raises:
-        ConfigError: the file is missing, not TOML, or has an unknown key.
+        ConfigError: the file is missing, not UTF-8 text, not TOML, or has an unknown key.
     """
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); save it as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     values: dict[str, Any] = {}

@@ -12,14 +12,22 @@ and overwrite those files. A torn last line is cut off on resume. Large runs han
 rollouts to a writer process (``writer.py``) in small batches, every few milliseconds; it
 finishes what it was sent even if the runner is killed, so a crash loses only the rollouts
 running and those finished in the last few milliseconds. A lock on the directory keeps two
-runners (or a resume and the writer process of a killed run) from writing it at once.
+runners (or a resume and the writer process of a killed run) from writing it at once; it is
+taken before anything in the directory changes (``--fresh`` included).
+
+Everything written goes through one ``Redactor`` (``redact.py``): no secret reaches a file.
+What fails on the machine before a run (opening the directory, its lock, run.toml) is a
+``RunDirError``; what fails under a run (a full disk, a lost writer process) is an
+``InfrastructureError`` naming the errno and the path: what finished before it is kept.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -28,11 +36,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from osmosis_run.errors import FingerprintMismatchError, RunDirError
+from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
 from osmosis_run.records import ResultLine, Summary
-from osmosis_run.writer import InlineWriter, Item, WriterProcess, start_writer
+from osmosis_run.redact import Redactor, register
+from osmosis_run.writer import (
+    InlineWriter,
+    Item,
+    WriterLost,
+    WriterProcess,
+    keep_from_forks,
+    release_fd,
+    start_writer,
+)
 
-__all__ = ["RunStore", "read_results", "read_summary"]
+__all__ = ["RunStore", "infrastructure_error", "read_results", "read_summary"]
 
 RESULTS = "results.jsonl"
 _FAILED = frozenset({"failure", "timeout", "invalid"})
@@ -40,7 +57,50 @@ SUMMARY = "summary.json"
 FINGERPRINT = "fingerprint.json"
 RUN_CONFIG = "run.toml"
 ROLLOUTS = "rollouts"
-REDACTED = "[REDACTED]"
+
+# What an errno means for a run, in the words of its one-line message.
+_PROBLEMS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EIO: "I/O error",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EMFILE: "too many open files",
+    errno.ENFILE: "too many open files",
+    errno.ENOMEM: "out of memory",
+    errno.EFBIG: "file too large",
+    errno.ENOENT: "missing file or folder",
+}
+
+
+def infrastructure_error(
+    exc: OSError, *, doing: str = "writing", path: Path | str | None = None
+) -> InfrastructureError:
+    """The one-line error for a machine failure under a run (raise it ``from exc``).
+
+    For example ``disk full writing runs/x/results.jsonl: No space left on device``. ``path``
+    names the file when ``exc`` names none.
+    """
+    if isinstance(exc, WriterLost):
+        run_dir = exc.results.parent
+        return InfrastructureError(f"the writer process of {run_dir} was lost ({_ended(exc)})")
+    problem = _PROBLEMS.get(exc.errno or 0, "file system error")
+    where = exc.filename if exc.filename is not None else path
+    target = f" {os.fsdecode(where)}" if where is not None else ""
+    return InfrastructureError(f"{problem} {doing}{target}: {exc.strerror or exc}")
+
+
+def _ended(lost: WriterLost) -> str:
+    code = lost.returncode
+    if code is None:
+        return "it stopped answering"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def read_results(run_dir: Path) -> Iterator[ResultLine]:
@@ -77,7 +137,8 @@ class RunStore:
 
     Args:
         run_dir: the directory.
-        secrets: strings that must never be written (an API key); replaced by ``[REDACTED]``.
+        secrets: strings that must never be written (an API key); replaced by ``[REDACTED]``
+            in every file and, from now on, in osmosis-run's log records (see ``redact.py``).
     """
 
     def __init__(
@@ -85,17 +146,17 @@ class RunStore:
     ) -> None:
         self.dir = run_dir
         self.rollouts_dir = run_dir / ROLLOUTS
-        self._secrets = tuple(s for s in secrets if s)
-        self._secret_bytes = tuple(s.encode() for s in self._secrets)
+        self.redactor: Redactor = register(secrets)
         self.background = background  # a writer process for the rollouts, if one can start
         self._writer: InlineWriter | WriterProcess | None = None
+        self._started = False  # the run is under way: failures are infrastructure errors
         self._batch: list[Item] = []
         self._lock: int | None = None
 
     @property
     def has_secrets(self) -> bool:
         """Whether anything must be redacted."""
-        return bool(self._secrets)
+        return bool(self.redactor)
 
     def is_run_dir(self) -> bool:
         """Whether the directory holds an osmosis-run run."""
@@ -104,25 +165,27 @@ class RunStore:
     def open(self, fingerprint: Mapping[str, Any], *, fresh: bool) -> None:
         """Create the directory, or check that it holds the same run; ``fresh`` starts over.
 
+        The directory is locked first: one that another osmosis-run is writing is refused
+        with nothing in it changed, ``--fresh`` or not.
+
         Raises:
             FingerprintMismatchError: the directory holds a run with other inputs.
-            RunDirError: the directory exists and is not a run directory, or cannot be written.
+            RunDirError: the directory exists and is not a run directory, is being written by
+                another osmosis-run, or cannot be written.
         """
-        self._claim(fresh)
-        path = self.dir / FINGERPRINT
-        if path.exists():
-            _compare(self.dir, json.loads(path.read_text(encoding="utf-8")), fingerprint)
+        self._check_claim()
         try:
-            self.rollouts_dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(parents=True, exist_ok=True)
             self._lock = _lock(self.dir)
-            if not path.exists():
-                self.write_file(
-                    FINGERPRINT, json.dumps(dict(fingerprint), indent=2, sort_keys=True)
-                )
         except OSError as exc:
             raise RunDirError(f"cannot write run directory {self.dir}: {exc.strerror}") from None
+        try:
+            self._take(fingerprint, fresh=fresh)
+        except BaseException:
+            self._unlock()
+            raise
 
-    def _claim(self, fresh: bool) -> None:
+    def _check_claim(self) -> None:
         if not self.dir.exists():
             return
         if not self.dir.is_dir():
@@ -132,17 +195,32 @@ class RunStore:
                 f"--out {self.dir} is not empty and is not an osmosis-run run directory; "
                 "choose another --out"
             )
-        if fresh and self.is_run_dir():
-            shutil.rmtree(self.dir)
+
+    def _take(self, fingerprint: Mapping[str, Any], *, fresh: bool) -> None:
+        """With the lock held: start over if asked, check the fingerprint, lay the run out."""
+        path = self.dir / FINGERPRINT
+        try:
+            if fresh and self.is_run_dir():
+                _empty(self.dir)  # the directory itself stays: the lock is on it
+            if path.exists():
+                _compare(self.dir, json.loads(path.read_text(encoding="utf-8")), fingerprint)
+            self.rollouts_dir.mkdir(exist_ok=True)
+            if not path.exists():
+                self._write_whole(
+                    FINGERPRINT, json.dumps(dict(fingerprint), indent=2, sort_keys=True)
+                )
+        except OSError as exc:
+            raise RunDirError(f"cannot write run directory {self.dir}: {exc.strerror}") from None
 
     def load_finished(
-        self, *, drop_failed: bool, on_line: Callable[[ResultLine], None]
+        self, *, drop_failed: bool, on_line: Callable[[ResultLine, bytes], None]
     ) -> set[str]:
         """Read the finished rollouts back, one at a time; return their ids.
 
-        Memory holds the ids, not the results. A torn or corrupt line, a repeated id and, with
-        ``drop_failed``, failed, timed-out and invalid rollouts are left out, and results.jsonl
-        is rewritten without them so that they run again.
+        ``on_line`` gets each kept result and its line (without the newline). Memory holds the
+        ids, not the results. A torn or corrupt line, a repeated id and, with ``drop_failed``,
+        failed, timed-out and invalid rollouts are left out, and results.jsonl is rewritten
+        without them so that they run again.
         """
         path = self.dir / RESULTS
         finished: set[str] = set()
@@ -160,69 +238,104 @@ class RunStore:
                     dropped = True
                     continue
                 finished.add(line.rollout_id)
-                on_line(line)
+                on_line(line, raw[:-1])
         if dropped:
             self._rewrite_results(path, finished)
         return finished
+
+    @property
+    def pending(self) -> int:
+        """Rollouts given to ``write_rollout`` and not yet handed to the writer."""
+        return len(self._batch)
 
     def _rewrite_results(self, path: Path, keep: set[str]) -> None:
         """Copy the kept lines, byte for byte, to a new results.jsonl."""
         temporary = path.with_name(f".{RESULTS}.tmp")
         seen: set[str] = set()
-        with path.open("rb") as old, temporary.open("wb") as new:
-            for raw in old:
-                line = _parse_line(raw)
-                if line is not None and line.rollout_id in keep and line.rollout_id not in seen:
-                    seen.add(line.rollout_id)
-                    new.write(raw)
-        os.replace(temporary, path)
+        try:
+            with path.open("rb") as old, temporary.open("wb") as new:
+                for raw in old:
+                    line = _parse_line(raw)
+                    if line is not None and line.rollout_id in keep and line.rollout_id not in seen:
+                        seen.add(line.rollout_id)
+                        new.write(raw)
+            os.replace(temporary, path)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise RunDirError(f"cannot rewrite {path}: {exc.strerror or exc}") from None
 
     def write_file(self, name: str, text: str) -> None:
         """Write a whole top-level file: to a temporary name, then renamed into place.
 
         A file that already holds exactly ``text`` is left alone (a resume with nothing to do
-        rewrites nothing).
+        rewrites nothing). A JSON file (``.json``) is redacted inside its strings, so that it
+        stays valid JSON.
+
+        Raises:
+            RunDirError: before the run starts (``start_writer``), the file cannot be written.
+            InfrastructureError: under the run, the file cannot be written (a full disk).
         """
+        try:
+            self._write_whole(name, text)
+        except OSError as exc:
+            if not self._started:
+                raise RunDirError(
+                    f"cannot write {self.dir / name}: {exc.strerror or exc}"
+                ) from None
+            raise infrastructure_error(exc, path=self.dir / name) from exc
+
+    def _write_whole(self, name: str, text: str) -> None:
         target = self.dir / name
-        data = self.redact(text).encode("utf-8")
+        data = text.encode("utf-8")
+        if name.endswith(".json"):
+            data = self.redactor.json_bytes(data)
+        else:
+            data = self.redactor.text_bytes(data)
         try:
             if target.read_bytes() == data:
                 return
         except OSError:
             pass  # not there yet (or unreadable): write it
         temporary = target.with_name(f".{name}.tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, target)
+        try:
+            temporary.write_bytes(data)
+            os.replace(temporary, target)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)  # a full disk must not keep a torn copy
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from None
 
     def redact(self, text: str) -> str:
-        """Replace every secret in ``text``."""
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
+        """Replace every secret in ``text`` (see ``redactor``)."""
+        return self.redactor.text(text)
 
     def redact_bytes(self, data: bytes) -> bytes:
-        """Replace every secret in UTF-8 ``data``."""
-        for secret in self._secret_bytes:
-            if secret in data:
-                data = data.replace(secret, REDACTED.encode())
-        return data
+        """Replace every secret in UTF-8 ``data`` (for JSON, ``redactor.json_bytes``)."""
+        return self.redactor.text_bytes(data)
 
     def start_writer(self) -> int | None:
         """Start writing rollouts (in a writer process when ``background``).
 
+        From here on, a failure to write is an ``InfrastructureError``.
+
         Returns:
             A file descriptor that becomes readable when the writer process answers (call
             ``poll`` then), or None when rollouts are written in this process.
+
+        Raises:
+            InfrastructureError: results.jsonl cannot be opened.
         """
+        self._started = True
         if self._writer is None:
-            self._writer = start_writer(
-                self.dir / RESULTS,
-                self.rollouts_dir,
-                background=self.background,
-                queue=WRITE_QUEUE,
-                keep_open=() if self._lock is None else (self._lock,),
-            )
+            try:
+                self._writer = start_writer(
+                    self.dir / RESULTS,
+                    self.rollouts_dir,
+                    background=self.background,
+                    queue=WRITE_QUEUE,
+                    keep_open=() if self._lock is None else (self._lock,),
+                )
+            except OSError as exc:
+                raise infrastructure_error(exc, doing="opening", path=self.dir / RESULTS) from exc
         return self._writer.reply_fd if isinstance(self._writer, WriterProcess) else None
 
     @property
@@ -253,12 +366,16 @@ class RunStore:
         finds; call it every few milliseconds) and ``WRITE_QUEUE`` batches at most wait for
         it. A killed runner loses only the rollouts not handed over yet: they run again on
         resume.
+
+        Raises:
+            InfrastructureError: the writer could not write this or an earlier batch.
         """
+        redact = self.redactor.json_bytes
         item = (
             rollout_id,
-            self.redact_bytes(line),
-            self.redact_bytes(result),
-            self.redact_bytes(trajectory) if trajectory is not None else None,
+            redact(line),
+            redact(result),
+            redact(trajectory) if trajectory is not None else None,
         )
         if self._writer is None:
             self.start_writer()
@@ -270,14 +387,24 @@ class RunStore:
         """Send the rollouts gathered so far to the writer (call it often).
 
         Raises:
-            OSError: the writer could not write an earlier batch.
+            InfrastructureError: the writer could not write an earlier batch, or was lost.
         """
         if self._writer is not None and self._batch:
             batch, self._batch = self._batch, []
-            self._writer.write(batch)
+            try:
+                self._writer.write(batch)
+            except OSError as exc:
+                raise self._failure(exc) from exc
+
+    def _failure(self, exc: OSError) -> InfrastructureError:
+        return infrastructure_error(exc, path=self.dir)
 
     def write_summary(self, summary: Summary) -> None:
-        """Write summary.json."""
+        """Write summary.json.
+
+        Raises:
+            InfrastructureError: it cannot be written (under a run; a RunDirError before).
+        """
         self.write_file(SUMMARY, summary.model_dump_json(indent=2) + "\n")
 
     def close(self, summary: Summary | None = None) -> None:
@@ -286,7 +413,8 @@ class RunStore:
         summary.json is written only once every result it counts is in results.jsonl.
 
         Raises:
-            OSError: the results could not be written (a full disk, say).
+            InfrastructureError: the results or the summary could not be written (a full
+                disk, a lost writer process); the run is released all the same.
         """
         writer, self._writer = self._writer, None
         batch, self._batch = self._batch, []
@@ -299,12 +427,19 @@ class RunStore:
                     writer.abandon()
                     raise
                 writer.finish()
+        except OSError as exc:
+            self._unlock()
+            raise self._failure(exc) from exc
+        try:
             if summary is not None:
                 self.write_summary(summary)
         finally:
-            if self._lock is not None:
-                os.close(self._lock)
-                self._lock = None
+            self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock is not None:
+            release_fd(self._lock)
+            self._lock = None
 
     def current_summary(self) -> Summary | None:
         """summary.json, if results.jsonl has not changed since it was written."""
@@ -341,7 +476,9 @@ def _lock(run_dir: Path) -> int | None:
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
+            # A workflow's os.fork() child must not hold the lock (a flock belongs to the
+            # open file, which the child shares) once this process lets it go.
+            return keep_from_forks(fd)
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 os.close(fd)
@@ -353,6 +490,15 @@ def _lock(run_dir: Path) -> int | None:
         except OSError:  # a file system without locks (some network mounts): run unlocked
             os.close(fd)
             return None
+
+
+def _empty(run_dir: Path) -> None:
+    """Delete everything in ``run_dir``, keeping the directory (and the lock on it)."""
+    for entry in run_dir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _compare(run_dir: Path, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:

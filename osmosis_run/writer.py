@@ -15,6 +15,10 @@ Durability: the child commits a batch (appends its results lines) after writing 
 the runner is killed, the child still finishes every batch it was sent, then exits; a resume
 waits for it (the run directory's lock is inherited by the child). At most ``queue`` batches are
 unanswered at a time, which bounds memory and what a power loss can take.
+
+Every error names the file it was writing. The run directory's lock and the pipes to the child
+are released in a child that user code makes with ``os.fork()``: a forked workflow that lives on
+must not keep the run locked, nor the writer process waiting for the end of its input.
 """
 
 from __future__ import annotations
@@ -33,11 +37,70 @@ from pathlib import Path
 
 from osmosis_run import _writer_child as child
 
-__all__ = ["InlineWriter", "Item", "WriterProcess", "start_writer"]
+__all__ = [
+    "InlineWriter",
+    "Item",
+    "WriterLost",
+    "WriterProcess",
+    "keep_from_forks",
+    "release_fd",
+    "start_writer",
+]
 
 Item = tuple[str, bytes, bytes, bytes | None]  # rollout id, results line, result.json, trajectory
 _PIPE_BYTES = 1 << 20  # room for a few batches, so handing one over rarely waits
 _READ_BYTES = 1 << 16
+
+
+class WriterLost(OSError):
+    """The writer process exited (killed, say) before it answered everything it was sent.
+
+    ``results`` is the results.jsonl it was writing; ``returncode`` its exit (None: unknown).
+    """
+
+    def __init__(self, returncode: int | None, results: Path) -> None:
+        how = "still running" if returncode is None else f"exit code {returncode}"
+        super().__init__(errno.EIO, f"the writer process exited ({how})")
+        self.returncode = returncode
+        self.results = results
+
+
+_NOT_FOR_FORKS: set[int] = set()
+
+
+def keep_from_forks(fd: int) -> int:
+    """Release ``fd`` in children made by ``os.fork()`` (it stays open here); return it."""
+    _NOT_FOR_FORKS.add(fd)
+    return fd
+
+
+def release_fd(fd: int) -> None:
+    """Close a descriptor given to ``keep_from_forks``."""
+    _NOT_FOR_FORKS.discard(fd)
+    os.close(fd)
+
+
+def _release_in_forked_child() -> None:
+    """Point the child's copies at /dev/null: the lock and the pipes are the parent's alone.
+
+    Not closed: objects the child inherited may close their descriptor later, and a number
+    closed now could belong to another file by then.
+    """
+    if not _NOT_FOR_FORKS:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return
+    for fd in _NOT_FOR_FORKS:
+        with contextlib.suppress(OSError):
+            os.dup2(devnull, fd, inheritable=False)
+    os.close(devnull)
+    _NOT_FOR_FORKS.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_release_in_forked_child)
 
 
 def pack(items: Sequence[Item]) -> bytes:
@@ -58,21 +121,31 @@ class InlineWriter:
 
     def __init__(self, results: Path, rollouts: Path) -> None:
         self._root = str(rollouts)
+        self._path = str(results)
         self._wrote = False
         self._results = os.open(
             results, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
         )
 
     def write(self, items: Sequence[Item]) -> None:
-        """Write the rollouts' files, then append their lines."""
+        """Write the rollouts' files, then append their lines.
+
+        Raises:
+            OSError: naming the file that could not be written.
+        """
         self._wrote = True
-        child.write_batch(self._root, self._results, pack(items))
+        try:
+            child.write_batch(self._root, self._results, pack(items))
+        except OSError as exc:  # one that names no file was the append to results.jsonl
+            raise child.named(exc, self._path) from None
 
     def finish(self) -> None:
         """Make results.jsonl durable (if anything was written) and close it."""
         try:
             if self._wrote:
                 os.fsync(self._results)
+        except OSError as exc:
+            raise child.named(exc, self._path) from None
         finally:
             os.close(self._results)
 
@@ -98,6 +171,7 @@ class WriterProcess:
         self, results: Path, rollouts: Path, *, queue: int, keep_open: Sequence[int] = ()
     ) -> None:
         self._queue = queue
+        self._results = results
         self._process = subprocess.Popen(
             [sys.executable, "-I", "-S", child.__file__, str(results), str(rollouts)],
             stdin=subprocess.PIPE,
@@ -108,8 +182,8 @@ class WriterProcess:
         )
         assert self._process.stdin is not None
         assert self._process.stdout is not None
-        self._to = self._process.stdin.fileno()
-        self._from = self._process.stdout.fileno()
+        self._to = keep_from_forks(self._process.stdin.fileno())
+        self._from = keep_from_forks(self._process.stdout.fileno())
         _grow(self._to)
         os.set_blocking(self._to, False)
         os.set_blocking(self._from, False)
@@ -160,9 +234,7 @@ class WriterProcess:
             if not data:  # the child exited: after F, or it died
                 self._ended = True
                 if self._unanswered:
-                    self._fail(
-                        OSError(errno.EIO, f"the writer process exited ({self._exit_code()})")
-                    )
+                    self._fail(WriterLost(self._process.poll(), self._results))
                 return
             self._replies += data
             self._take_replies()
@@ -184,6 +256,7 @@ class WriterProcess:
         """Close the pipe; the child finishes what it was sent, then exits."""
         assert self._process.stdin is not None
         assert self._process.stdout is not None
+        _NOT_FOR_FORKS.difference_update((self._to, self._from))
         with contextlib.suppress(OSError):
             self._process.stdin.close()
         self._process.wait()
@@ -197,7 +270,7 @@ class WriterProcess:
             self._push(child.HEADER.pack(kind, self._seq, len(payload)) + payload)
         except BrokenPipeError:
             self.poll()  # the child's last words, if any
-            self._fail(OSError(errno.EIO, f"the writer process exited ({self._exit_code()})"))
+            self._fail(WriterLost(self._process.poll(), self._results))
             self._raise()
 
     def _push(self, frame: bytes) -> None:
@@ -254,10 +327,6 @@ class WriterProcess:
             _, future = self._unanswered.popleft()
             if future is not None and not future.done():
                 future.set_exception(error)
-
-    def _exit_code(self) -> str:
-        code = self._process.poll()
-        return "still running" if code is None else f"exit code {code}"
 
 
 def start_writer(

@@ -155,3 +155,54 @@ class Blocking(AgentWorkflow[AgentWorkflowConfig]):
         import time
 
         time.sleep(3600)  # noqa: ASYNC251
+
+
+class FailingMarker(Marker):
+    """Marker, then fail with an agent error when metadata.fail is set (it ran, and failed)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        messages = await super().run(ctx)
+        if (ctx.metadata or {}).get("fail"):
+            raise RuntimeError("this row fails by design")
+        return messages
+
+
+class Chatty(AgentWorkflow[AgentWorkflowConfig]):
+    """Echo, after printing to stdout itself and from a subprocess (as debugging code does)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        import subprocess
+
+        print(f"print from {_last_user(ctx)}")
+        subprocess.run(["echo", f"echo from {_last_user(ctx)}"], check=True)  # noqa: ASYNC221
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
+
+
+class LoggingLeaky(Leaky):
+    """Leaky, in a module that configures logging itself (osmosis-run's records are shown)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        import logging
+
+        logging.basicConfig()
+        await super().run(ctx)
+
+
+class Forking(AgentWorkflow[AgentWorkflowConfig]):
+    """Echo; the first rollout forks a child that lives on (its PID in $EVAL_CHILD_PID)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        _fork_once(Path(os.environ["EVAL_CHILD_PID"]))
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
+
+
+def _fork_once(record: Path) -> None:
+    import time
+
+    if record.exists():
+        return
+    pid = os.fork()
+    if pid == 0:  # the child: outlive the run, then leave without cleaning up
+        time.sleep(30)
+        os._exit(0)
+    record.write_text(str(pid))

@@ -18,14 +18,22 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, object]] = []
 
-    def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
+    def started(
+        self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int
+    ) -> None:
         self.events.append(("started", (planned, done)))
+
+    def already_done(self, raw: bytes) -> None:
+        self.events.append(("already_done", raw))
 
     def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
         self.events.append(("finished", line.rollout_id))
 
     def stalled(self, rollout_id: str, seconds: float) -> None:
         self.events.append(("stalled", rollout_id))
+
+    def blocked(self, rollout_id: str | None, seconds: float) -> None:
+        self.events.append(("blocked", rollout_id))
 
 
 def settings(tmp_path: Path, **kw: object) -> EvalSettings:

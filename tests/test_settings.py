@@ -601,7 +601,8 @@ def test_a_real_run_toml_gives_the_same_settings_and_resumes(cli: Cli, tmp_path:
     again = cli("eval", "--config", str(run_toml))
     assert again.exit_code == 0, again.stderr
     assert again.stderr.startswith(
-        f"osmosis-run: 300 rollouts, 300 already done -> {run_toml.parent}"
+        "osmosis-run: 300 rollouts, 300 already done (6 of them failed and are kept as they "
+        f"are; --retry-failed runs them again) -> {run_toml.parent}\n"
     )
     assert (tmp_path / "run" / "results.jsonl").read_bytes() == before
     assert len(results(tmp_path / "run")) == 300

@@ -6,15 +6,17 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
 from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
+    from osmosis_run.errors import InfrastructureError
     from osmosis_run.gates import Verdict
     from osmosis_run.rundata import RunData
     from osmosis_run.runner import Runner, RunOutcome
@@ -187,7 +189,6 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
     """Resolve settings, run, render; return the exit code."""
     from osmosis_run.cli import render
     from osmosis_run.errors import OsmosisRunError
-    from osmosis_run.runner import Runner
 
     try:
         settings = options.resolve(values, config)
@@ -195,16 +196,143 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
             from osmosis_run.cli.validate import run_validate
 
             return run_validate(settings)
-        reporter = render.make_reporter(jsonl=settings.jsonl)
+        _check_outputs(settings)
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    _say_if_unredacted(settings)
+    with _results_channel(jsonl=settings.jsonl) as results:
+        return _run(settings, results)
+
+
+def _run(settings: EvalSettings, results: BinaryIO) -> int:
+    """Prepare and run; an infrastructure error that escapes the run is still one line."""
+    from osmosis_run.cli import render
+    from osmosis_run.errors import InfrastructureError, OsmosisRunError
+    from osmosis_run.runner import Runner, run_to_completion
+
+    try:
+        reporter = render.make_reporter(jsonl=settings.jsonl, out=results)
         runner = Runner(settings, reporter=reporter)
         reporter.on_stdout_closed = runner.stop
         runner.prepare()
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
-    with _fewer_collections():
-        outcome = asyncio.run(_run_with_signals(runner, reporter))
+    failure: InfrastructureError | None = None
+    try:
+        with _fewer_collections():
+            outcome = run_to_completion(_run_with_signals(runner, reporter))
+    except* InfrastructureError as group:  # the task group nests it: never show the group
+        failure = _first(group)
+    if failure is not None:
+        assert runner.store is not None
+        render.print_error(failure)
+        render.print_resume_hint(runner.store.dir, failed=True)
+        return exit_codes.INFRASTRUCTURE
     return _finish(settings, outcome)
+
+
+def _first(error: BaseException) -> InfrastructureError:
+    """The first InfrastructureError in a (nested) exception group."""
+    from osmosis_run.errors import InfrastructureError
+
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    assert isinstance(error, InfrastructureError)
+    return error
+
+
+def _say_if_unredacted(settings: EvalSettings) -> None:
+    """A key too short to redact is used as given; say so once."""
+    from osmosis_run.cli import render
+    from osmosis_run.redact import MIN_SECRET_LENGTH, Redactor
+
+    if Redactor((settings.api_key,)).too_short:
+        render.print_unredacted_key(MIN_SECRET_LENGTH)
+
+
+def _check_outputs(settings: EvalSettings) -> None:
+    """Refuse report targets and a baseline that cannot work, before anything runs.
+
+    Raises:
+        ConfigError: ``--html`` or ``--junit`` is a directory, or under a file.
+        RunDirError: ``--baseline`` is not a run directory.
+    """
+    from osmosis_run.errors import ConfigError, RunDirError
+    from osmosis_run.store import RESULTS, RUN_CONFIG
+
+    for option, target in (("--html", settings.html), ("--junit", settings.junit)):
+        if target is None:
+            continue
+        path = Path(target)
+        if path.is_dir():
+            raise ConfigError(
+                f"{option} {target} is a directory; give a file, for example "
+                f"{path / ('report.html' if option == '--html' else 'junit.xml')}"
+            )
+        folder = next((p for p in path.parents if p.exists()), None)
+        if folder is not None and not folder.is_dir():
+            raise ConfigError(f"cannot write {target}: {folder} is a file; choose another path")
+    if settings.baseline is not None:
+        base = Path(settings.baseline)
+        if not base.exists():
+            raise RunDirError(
+                f"--baseline {base} does not exist; give the directory `osmosis-run eval` printed"
+            )
+        if not (base / RESULTS).is_file() and not (base / RUN_CONFIG).is_file():
+            raise RunDirError(
+                f"--baseline {base} is not an osmosis-run run directory (no results.jsonl); "
+                "give the directory `osmosis-run eval` printed"
+            )
+
+
+@contextlib.contextmanager
+def _results_channel(*, jsonl: bool) -> Iterator[BinaryIO]:
+    """Where --jsonl lines go; with --jsonl, stdout is osmosis-run's alone while it runs.
+
+    Everything else written to stdout (a workflow's print, a subprocess it starts) goes to
+    stderr: file descriptor 1 points there, and results go to a private copy of the real
+    stdout (close-on-exec, so no subprocess gets it). Under a test runner's captured streams
+    (no descriptors) only ``sys.stdout`` is swapped.
+    """
+    if not jsonl:
+        yield sys.stdout.buffer
+        return
+    sys.stdout.flush()
+    try:
+        real = sys.stdout.fileno() == 1
+    except (OSError, ValueError):  # a test's capture: no descriptor
+        real = False
+    if not real:
+        saved = sys.stdout
+        sys.stdout = sys.stderr
+        try:
+            yield saved.buffer
+        finally:
+            sys.stdout = saved
+        return
+    results = os.fdopen(os.dup(1), "wb")  # os.dup: not inherited by subprocesses
+    _point_stdout_at_stderr()
+    try:
+        yield results
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()  # what user code printed, to stderr still
+        with contextlib.suppress(OSError):
+            results.flush()
+        os.dup2(results.fileno(), 1)
+        with contextlib.suppress(OSError):
+            results.close()
+
+
+def _point_stdout_at_stderr() -> None:
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no stderr at all: user output goes nowhere rather than into results
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
 
 
 @contextlib.contextmanager
@@ -263,6 +391,10 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     from osmosis_run.gates import check_error_budget, check_gates
 
     render.print_summary(outcome)
+    if outcome.failure is not None:  # the machine failed: no gates, no reports
+        render.print_error(outcome.failure)
+        render.print_resume_hint(outcome.run_dir, failed=True)
+        return exit_codes.INFRASTRUCTURE
     if outcome.interrupted:
         render.print_resume_hint(outcome.run_dir)
         return exit_codes.INTERRUPTED

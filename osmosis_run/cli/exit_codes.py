@@ -6,13 +6,15 @@ OK = 0
 GATE_FAILED = 1
 USAGE = 2
 ERROR_BUDGET = 3
+INFRASTRUCTURE = 4
 INTERRUPTED = 130
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ran and every gate held; 1 a quality gate failed (--fail-under, "
     "--fail-on-regression); 2 usage, configuration, import or dataset-file error (nothing ran); "
     "3 error budget exceeded (--max-error-rate; by default any failed, timed-out or invalid "
-    "rollout); 130 interrupted (re-run the same command to resume)."
+    "rollout); 4 infrastructure error mid-run (disk full, writer process lost): what finished "
+    "is kept; fix it and re-run to resume; 130 interrupted (re-run the same command to resume)."
 )
 
 REPORT_HELP = (

@@ -1,19 +1,22 @@
 """Everything the CLI shows: progress, the summary table, verdicts and errors, all on stderr.
 
 stdout carries only ``--jsonl`` results lines (and ``--json`` documents), so the command
-composes in pipelines.
+composes in pipelines. stderr is the human channel: losing it (closed, or its reader gone, as
+with ``2>&1 | head -1``) silences the rendering and never fails the run.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -24,7 +27,69 @@ if TYPE_CHECKING:
     from osmosis_run.records import ResultLine, Summary
     from osmosis_run.runner import RunOutcome
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _Stderr(io.TextIOBase):
+    """``sys.stderr`` as it is at each write; once writing to it fails, nothing.
+
+    The first failure points file descriptor 2 at /dev/null, so that later writes (user code's,
+    logging's, the interpreter's at exit) cannot fail either.
+    """
+
+    def write(self, text: str) -> int:
+        try:
+            _current_stderr().write(text)
+        except (OSError, ValueError):  # ValueError: the stream object itself was closed
+            _lose_stderr()
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            _current_stderr().flush()
+        except (OSError, ValueError):
+            _lose_stderr()
+
+    def isatty(self) -> bool:
+        try:
+            return _current_stderr().isatty()
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return _current_stderr().fileno()
+
+
+def _current_stderr() -> IO[str]:
+    """sys.stderr, or what it stands for while a live display redirects it (as rich does)."""
+    stream = sys.stderr
+    return cast("IO[str]", getattr(stream, "rich_proxied_file", stream))
+
+
+def _lose_stderr() -> None:
+    """stderr is gone: point it (and stdout, when that is the same pipe) at /dev/null."""
+    shared = _same_file(1, 2)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(devnull, 2)
+        if shared:
+            os.dup2(devnull, 1)
+    except OSError:
+        pass  # no descriptors to point (not a real process's streams)
+    finally:
+        os.close(devnull)
+
+
+def _same_file(a: int, b: int) -> bool:
+    try:
+        return os.path.samestat(os.fstat(a), os.fstat(b))
+    except OSError:
+        return False
+
+
+stderr = _Stderr()
+err = Console(file=cast("IO[str]", stderr), highlight=False, soft_wrap=True)
 
 PLAIN_EVERY_S = 5.0
 
@@ -35,16 +100,18 @@ def print_error(exc: BaseException) -> None:
 
     if isinstance(exc, UserModuleImportError) and exc.__cause__ is not None:
         cause = exc.__cause__
-        sys.stderr.write("".join(traceback.format_exception(cause)))
+        stderr.write("".join(traceback.format_exception(cause)))
     err.print(f"error: {exc}", markup=False)
 
 
 class Reporter:
     """Progress of a run: a live bar on a terminal, periodic plain lines otherwise."""
 
-    def __init__(self, *, jsonl: bool, live: bool) -> None:
+    def __init__(self, *, jsonl: bool, live: bool, out: BinaryIO | None = None) -> None:
         self.jsonl = jsonl
         self.live = live
+        self.out = out  # where --jsonl lines go (default: sys.stdout)
+        self._say_lock = threading.Lock()
         self.done = 0
         self.errors = 0
         self.reward_sum = 0.0
@@ -58,14 +125,21 @@ class Reporter:
         self._next_count = 1 << 62
         self._task: Any = None
 
-    def started(self, *, run_dir: Path, planned: int | None, done: int) -> None:
-        """Announce the run and start the progress display."""
+    def started(
+        self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int = 0
+    ) -> None:
+        """Announce the run (and the failures a resume keeps) and start the progress display."""
         self.planned = planned
         self.done = done
         # Plain mode: a line every 10% of the run, or every PLAIN_EVERY_S seconds.
         self._step = max(planned // 10, 1) if planned else 1 << 62
         self._next_count = done + self._step
         resumed = f", {done} already done" if done else ""
+        if kept_failures:
+            resumed += (
+                f" ({kept_failures} of them failed and are kept as they are; "
+                "--retry-failed runs them again)"
+            )
         total = f"{planned} rollouts" if planned is not None else "rollouts from stdin"
         err.print(f"osmosis-run: {total}{resumed} -> {run_dir}", markup=False)
         self._start = time.monotonic()
@@ -109,25 +183,43 @@ class Reporter:
             self._next_count = self.done + self._step
             self._plain_line()
 
+    def already_done(self, raw: bytes) -> None:
+        """A results line an earlier invocation wrote: part of the run's --jsonl output."""
+        if self.jsonl:
+            self._stream(raw)
+
     def stalled(self, rollout_id: str, seconds: float) -> None:
         """A rollout runs far longer than the others; say how to bound it."""
-        message = (
+        self._say(
             f"osmosis-run: {rollout_id} has been running for {seconds:.0f}s; "
             "--agent-timeout S bounds every rollout"
         )
-        if self._progress is not None:
-            self._progress.console.print(message, markup=False)
-        else:
-            err.print(message, markup=False)
+
+    def blocked(self, rollout_id: str | None, seconds: float) -> None:
+        """A rollout's synchronous code holds the event loop (called from another thread)."""
+        who = f"rollout {rollout_id}" if rollout_id is not None else "a rollout"
+        self._say(
+            f"osmosis-run: {who} has held the event loop for {seconds:.0f}s (blocking code in "
+            "an async workflow: use await or asyncio.to_thread); deadlines and Ctrl-C wait "
+            "until it returns"
+        )
+
+    def _say(self, message: str) -> None:
+        """One line on stderr, above the progress bar if there is one; from any thread."""
+        with self._say_lock:
+            progress = self._progress
+            console = progress.console if progress is not None else err
+            console.print(message, markup=False)
 
     def _stream(self, raw: bytes) -> None:
         """Write one results line to stdout; if the reader went away, stop the run cleanly."""
+        out = self.out if self.out is not None else sys.stdout.buffer
         try:
-            sys.stdout.buffer.write(raw + b"\n")
-            sys.stdout.buffer.flush()
+            out.write(raw + b"\n")
+            out.flush()
         except BrokenPipeError:
             self.jsonl = False
-            _silence_stdout()
+            _silence(out)
             err.print(
                 "osmosis-run: stdout was closed (--jsonl); stopping, finished rollouts are kept",
                 markup=False,
@@ -163,19 +255,28 @@ class Reporter:
             self._progress = None
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that flushing it at exit cannot fail again."""
+def _silence(out: BinaryIO) -> None:
+    """Point the results stream at /dev/null, so that flushing it at exit cannot fail again."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, out.fileno())
         os.close(devnull)
     except (OSError, ValueError):  # not a real file (a test's capture)
         pass
 
 
-def make_reporter(*, jsonl: bool) -> Reporter:
-    """A reporter for this terminal (live only when stderr is one)."""
-    return Reporter(jsonl=jsonl, live=err.is_terminal)
+def make_reporter(*, jsonl: bool, out: BinaryIO | None = None) -> Reporter:
+    """A reporter for this terminal (live only when stderr is one); --jsonl lines to ``out``."""
+    return Reporter(jsonl=jsonl, live=err.is_terminal, out=out)
+
+
+def print_unredacted_key(min_length: int) -> None:
+    """Say, once, that a short API key is not redacted (it cannot be told from plain text)."""
+    err.print(
+        f"osmosis-run: the API key is shorter than {min_length} characters; it is used, "
+        "but not redacted from outputs",
+        markup=False,
+    )
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:
@@ -245,6 +346,8 @@ def print_summary(outcome: RunOutcome) -> None:
     """The end-of-run table and the first errors."""
     summary = outcome.summary
     state = "interrupted" if summary.interrupted else "finished"
+    if outcome.failure is not None:
+        state = "stopped"
     err.print(summary_table(summary, title=f"osmosis-run: {state} {outcome.run_dir}"))
     for example in summary.first_errors:
         message = (example.error_message or "").splitlines()[0:1]
@@ -255,10 +358,11 @@ def print_summary(outcome: RunOutcome) -> None:
         )
 
 
-def print_resume_hint(run_dir: Path) -> None:
-    """How to continue an interrupted run."""
+def print_resume_hint(run_dir: Path, *, failed: bool = False) -> None:
+    """How to continue a run that was interrupted or (``failed``) stopped by the machine."""
     command = shlex.join(["osmosis-run", *sys.argv[1:]])
-    err.print(f"osmosis-run: interrupted; resume with: {command}", markup=False)
+    why = "fix it and resume" if failed else "interrupted; resume"
+    err.print(f"osmosis-run: {why} with: {command}", markup=False)
     err.print(f"osmosis-run: finished rollouts are kept in {run_dir}", markup=False)
 
 
