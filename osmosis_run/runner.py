@@ -389,16 +389,21 @@ class _Watchdog:
 
     def _watch(self) -> None:
         named: set[str | None] = set()
+        suspect: tuple[float, str | None] | None = None
         while not self._stop.wait(min(WATCH_EVERY_S, self._after_s / 4)):
-            held = time.monotonic() - self.beat
-            if held < self._after_s:
+            beat = self.beat
+            if time.monotonic() - beat < self._after_s:
+                suspect = None
                 continue
             task = asyncio.current_task(self._loop)
             name = task.get_name() if task is not None else None
-            culprit = name if name in self._running else None
-            if culprit not in named:
-                named.add(culprit)
-                self._report(culprit, held)
+            seen = (beat, name if name in self._running else None)
+            # Named only when seen twice with no beat between: not a task that merely runs
+            # for a moment right after the loop came back, before it could beat.
+            if seen == suspect and seen[1] not in named:
+                named.add(seen[1])
+                self._report(seen[1], time.monotonic() - beat)
+            suspect = seen
 
 
 class Runner:
@@ -591,18 +596,22 @@ class Runner:
     def _close(self) -> Summary:
         """Write what finished and the summary; after a failure, the summary of what is durable."""
         assert self.store is not None
-        interrupted = self._halting
+        final: list[Summary] = []
+
+        def summarize(all_durable: bool) -> Summary:
+            if all_durable and self._failure is None:
+                final.append(self.summary(interrupted=self._halting))
+            else:
+                final.append(self._durable_summary())
+            return final[-1]
+
         try:
-            self.store.close(self.summary(interrupted=interrupted) if not self._failure else None)
+            self.store.close(summarize)
         except InfrastructureError as exc:
             self._failure = self._failure or exc
         if self._failure is None:
             self._report_handed()
-            return self.summary(interrupted=interrupted)
-        summary = self._durable_summary()
-        with contextlib.suppress(InfrastructureError, OSError):  # the disk may still be full
-            self.store.write_summary(summary)
-        return summary
+        return final[-1] if final else self._durable_summary()
 
     def _durable_summary(self) -> Summary:
         """The summary of the results that reached results.jsonl (after a failure)."""

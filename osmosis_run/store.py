@@ -23,6 +23,7 @@ What fails on the machine before a run (opening the directory, its lock, run.tom
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -261,7 +262,7 @@ class RunStore:
                         new.write(raw)
             os.replace(temporary, path)
         except OSError as exc:
-            temporary.unlink(missing_ok=True)
+            _discard(temporary)
             raise RunDirError(f"cannot rewrite {path}: {exc.strerror or exc}") from None
 
     def write_file(self, name: str, text: str) -> None:
@@ -301,7 +302,7 @@ class RunStore:
             temporary.write_bytes(data)
             os.replace(temporary, target)
         except OSError as exc:
-            temporary.unlink(missing_ok=True)  # a full disk must not keep a torn copy
+            _discard(temporary)  # a full disk must not keep a torn copy
             raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from None
 
     def redact(self, text: str) -> str:
@@ -370,13 +371,15 @@ class RunStore:
         Raises:
             InfrastructureError: the writer could not write this or an earlier batch.
         """
-        redact = self.redactor.json_bytes
-        item = (
-            rollout_id,
-            redact(line),
-            redact(result),
-            redact(trajectory) if trajectory is not None else None,
-        )
+        item: Item = (rollout_id, line, result, trajectory)
+        if self.redactor:
+            redact = self.redactor.json_bytes
+            item = (
+                rollout_id,
+                redact(line),
+                redact(result),
+                redact(trajectory) if trajectory is not None else None,
+            )
         if self._writer is None:
             self.start_writer()
         self._batch.append(item)
@@ -397,7 +400,8 @@ class RunStore:
                 raise self._failure(exc) from exc
 
     def _failure(self, exc: OSError) -> InfrastructureError:
-        return infrastructure_error(exc, path=self.dir)
+        # Every write names its file but the append to results.jsonl (and its fsync).
+        return infrastructure_error(exc, path=self.dir / RESULTS)
 
     def write_summary(self, summary: Summary) -> None:
         """Write summary.json.
@@ -407,10 +411,13 @@ class RunStore:
         """
         self.write_file(SUMMARY, summary.model_dump_json(indent=2) + "\n")
 
-    def close(self, summary: Summary | None = None) -> None:
+    def close(self, summary: Summary | Callable[[bool], Summary] | None = None) -> None:
         """Write everything handed over and make it durable, then ``summary``; release the run.
 
-        summary.json is written only once every result it counts is in results.jsonl.
+        summary.json is written only once every result it counts is in results.jsonl. A
+        callable ``summary`` is called once the writer is done, with whether everything handed
+        over reached the disk, and its summary is written even when something did not (it
+        counts what did), still under the run's lock.
 
         Raises:
             InfrastructureError: the results or the summary could not be written (a full
@@ -418,23 +425,35 @@ class RunStore:
         """
         writer, self._writer = self._writer, None
         batch, self._batch = self._batch, []
+        error: InfrastructureError | None = None
         try:
             if writer is not None:
                 try:
-                    if batch:
-                        writer.write(batch)
-                except BaseException:
-                    writer.abandon()
-                    raise
-                writer.finish()
-        except OSError as exc:
-            self._unlock()
-            raise self._failure(exc) from exc
-        try:
-            if summary is not None:
-                self.write_summary(summary)
+                    self._finish(writer, batch)
+                except InfrastructureError as exc:
+                    error = exc
+            final = summary(error is None) if callable(summary) else summary
+            if final is not None and (error is None or callable(summary)):
+                try:
+                    self.write_summary(final)
+                except InfrastructureError as exc:
+                    error = error or exc
         finally:
             self._unlock()
+        if error is not None:
+            raise error
+
+    def _finish(self, writer: InlineWriter | WriterProcess, batch: list[Item]) -> None:
+        try:
+            try:
+                if batch:
+                    writer.write(batch)
+            except BaseException:
+                writer.abandon()
+                raise
+            writer.finish()
+        except OSError as exc:
+            raise self._failure(exc) from exc
 
     def _unlock(self) -> None:
         if self._lock is not None:
@@ -490,6 +509,11 @@ def _lock(run_dir: Path) -> int | None:
         except OSError:  # a file system without locks (some network mounts): run unlocked
             os.close(fd)
             return None
+
+
+def _discard(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def _empty(run_dir: Path) -> None:

@@ -83,7 +83,7 @@ class Blocking(AgentWorkflow[AgentWorkflowConfig]):
     """Hold the event loop with time.sleep(metadata.block), then answer."""
 
     async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
-        time.sleep(float((ctx.metadata or {}).get("block", 0)))
+        time.sleep(float((ctx.metadata or {}).get("block", 0)))  # noqa: ASYNC251  (on purpose)
         return _echo(ctx)
 
 

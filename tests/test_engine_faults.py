@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import TESTS_DIR, results, subprocess_env, write_jsonl
@@ -176,7 +177,7 @@ def flows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(TESTS_DIR))
 
 
-def engine_settings(tmp_path: Path, rows: list[dict[str, object]], **kw: object) -> EvalSettings:
+def engine_settings(tmp_path: Path, rows: list[Any], **kw: object) -> EvalSettings:
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     return EvalSettings.model_validate(
         {"dataset": str(data), "out": str(tmp_path / "run"), "max_error_rate": 1, **kw}

@@ -18,9 +18,7 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, object]] = []
 
-    def started(
-        self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int
-    ) -> None:
+    def started(self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int) -> None:
         self.events.append(("started", (planned, done)))
 
     def already_done(self, raw: bytes) -> None:

@@ -205,7 +205,7 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
         return _run(settings, results)
 
 
-def _run(settings: EvalSettings, results: BinaryIO) -> int:
+def _run(settings: EvalSettings, results: BinaryIO | None) -> int:
     """Prepare and run; an infrastructure error that escapes the run is still one line."""
     from osmosis_run.cli import render
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
@@ -288,16 +288,20 @@ def _check_outputs(settings: EvalSettings) -> None:
 
 
 @contextlib.contextmanager
-def _results_channel(*, jsonl: bool) -> Iterator[BinaryIO]:
+def _results_channel(*, jsonl: bool) -> Iterator[BinaryIO | None]:
     """Where --jsonl lines go; with --jsonl, stdout is osmosis-run's alone while it runs.
 
     Everything else written to stdout (a workflow's print, a subprocess it starts) goes to
     stderr: file descriptor 1 points there, and results go to a private copy of the real
     stdout (close-on-exec, so no subprocess gets it). Under a test runner's captured streams
-    (no descriptors) only ``sys.stdout`` is swapped.
+    (no descriptors) only ``sys.stdout`` is swapped. Without --jsonl: None, stdout untouched.
     """
     if not jsonl:
-        yield sys.stdout.buffer
+        yield None
+        return
+    if sys.stdout is None:  # started with stdout closed: the lines have nowhere to go
+        with open(os.devnull, "wb") as nowhere:
+            yield nowhere
         return
     sys.stdout.flush()
     try:
@@ -387,12 +391,14 @@ async def _run_with_signals(runner: Runner, reporter: Any) -> RunOutcome:
 
 def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     from osmosis_run.cli import render
-    from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.errors import InfrastructureError, OsmosisRunError
     from osmosis_run.gates import check_error_budget, check_gates
 
     render.print_summary(outcome)
-    if outcome.failure is not None:  # the machine failed: no gates, no reports
+    if outcome.failure is not None:  # the run could not go on: no gates, no reports
         render.print_error(outcome.failure)
+        if not isinstance(outcome.failure, InfrastructureError):
+            return exit_codes.USAGE  # the input changed under the run (a streamed dataset)
         render.print_resume_hint(outcome.run_dir, failed=True)
         return exit_codes.INFRASTRUCTURE
     if outcome.interrupted:

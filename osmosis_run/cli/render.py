@@ -32,40 +32,55 @@ class _Stderr(io.TextIOBase):
     """``sys.stderr`` as it is at each write; once writing to it fails, nothing.
 
     The first failure points file descriptor 2 at /dev/null, so that later writes (user code's,
-    logging's, the interpreter's at exit) cannot fail either.
+    logging's, the interpreter's at exit) cannot fail either. No stderr at all (started with
+    it closed): nothing.
     """
 
     def write(self, text: str) -> int:
+        stream = _current_stderr()
         try:
-            _current_stderr().write(text)
+            if stream is not None:
+                stream.write(text)
         except (OSError, ValueError):  # ValueError: the stream object itself was closed
             _lose_stderr()
         return len(text)
 
     def flush(self) -> None:
+        stream = _current_stderr()
         try:
-            _current_stderr().flush()
+            if stream is not None:
+                stream.flush()
         except (OSError, ValueError):
             _lose_stderr()
 
     def isatty(self) -> bool:
+        stream = _current_stderr()
         try:
-            return _current_stderr().isatty()
+            return stream is not None and stream.isatty()
         except (OSError, ValueError):
             return False
 
     def fileno(self) -> int:
-        return _current_stderr().fileno()
+        stream = _current_stderr()
+        if stream is None:
+            raise io.UnsupportedOperation("no stderr")
+        return stream.fileno()
 
 
-def _current_stderr() -> IO[str]:
+def _current_stderr() -> IO[str] | None:
     """sys.stderr, or what it stands for while a live display redirects it (as rich does)."""
     stream = sys.stderr
-    return cast("IO[str]", getattr(stream, "rich_proxied_file", stream))
+    return cast("IO[str] | None", getattr(stream, "rich_proxied_file", stream))
 
 
 def _lose_stderr() -> None:
     """stderr is gone: point it (and stdout, when that is the same pipe) at /dev/null."""
+    stream = _current_stderr()
+    try:
+        if stream is None or stream.fileno() != 2:
+            return  # not the process's stderr (a test's capture): only drop the output
+    except (OSError, ValueError):
+        return
     shared = _same_file(1, 2)
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
