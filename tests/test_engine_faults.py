@@ -34,6 +34,12 @@ Cli = Callable[..., Result]
 EXE = [sys.executable, "-c", "from osmosis_run.cli import main; main()"]
 
 
+ABANDONED = (
+    "osmosis-run: {n} rollout(s) ignored their cancellation and were abandoned (recorded as "
+    "timeouts, or left unfinished by a stop); not waiting for them"
+)
+
+
 def summary_of(run: Path) -> dict[str, object]:
     data: dict[str, object] = json.loads((run / "summary.json").read_text())
     return data
@@ -147,6 +153,7 @@ def test_a_rollout_that_swallows_cancellation_is_abandoned_as_a_timeout(
         ("b.s0", "timeout"),
     ]
     assert took < 0.2 + ABANDON_GRACE_S + 5, "the run must not wait for abandoned code"
+    assert ABANDONED.format(n=2) in result.stderr.splitlines()
 
 
 # --- the watchdog ---------------------------------------------------------------------------
@@ -358,6 +365,7 @@ def test_the_first_ctrl_c_ends_a_run_whose_rollouts_ignore_cancellation(tmp_path
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert time.monotonic() - sent < STOP_GRACE_S + 3
+    assert ABANDONED.format(n=2) in err.splitlines()
     assert results(tmp_path / "run") == []
     summary = summary_of(tmp_path / "run")
     assert (summary["interrupted"], summary["complete"]) == (True, False)

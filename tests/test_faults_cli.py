@@ -491,9 +491,9 @@ def test_a_blocked_event_loop_is_said_in_one_line_from_any_thread(
     reporter.blocked(None, 12)
     assert capsys.readouterr().err == (
         "osmosis-run: rollout q3.s0 has held the event loop for 5s (blocking code in an async "
-        "workflow: use await or asyncio.to_thread); deadlines and Ctrl-C wait until it returns\n"
+        "workflow: use await or asyncio.to_thread); deadlines and the first Ctrl-C wait until it returns\n"
         "osmosis-run: a rollout has held the event loop for 12s (blocking code in an async "
-        "workflow: use await or asyncio.to_thread); deadlines and Ctrl-C wait until it returns\n"
+        "workflow: use await or asyncio.to_thread); deadlines and the first Ctrl-C wait until it returns\n"
     )
 
 

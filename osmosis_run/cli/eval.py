@@ -395,6 +395,12 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     from osmosis_run.gates import check_error_budget, check_gates
 
     render.print_summary(outcome)
+    if outcome.abandoned:
+        render.err.print(
+            f"osmosis-run: {outcome.abandoned} rollout(s) ignored their cancellation and were "
+            "abandoned (recorded as timeouts, or left unfinished by a stop); not waiting for them",
+            markup=False,
+        )
     if outcome.failure is not None:  # the run could not go on: no gates, no reports
         render.print_error(outcome.failure)
         if not isinstance(outcome.failure, InfrastructureError):

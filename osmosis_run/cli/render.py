@@ -215,8 +215,8 @@ class Reporter:
         who = f"rollout {rollout_id}" if rollout_id is not None else "a rollout"
         self._say(
             f"osmosis-run: {who} has held the event loop for {seconds:.0f}s (blocking code in "
-            "an async workflow: use await or asyncio.to_thread); deadlines and Ctrl-C wait "
-            "until it returns"
+            "an async workflow: use await or asyncio.to_thread); deadlines and the first Ctrl-C "
+            "wait until it returns"
         )
 
     def _say(self, message: str) -> None:
