@@ -63,14 +63,14 @@ def _plan(cls: type[BaseModel]) -> _Plan | None:
     template: dict[str, Any] = {}
     factories: list[tuple[str, Callable[[], Any]]] = []
     required: set[str] = set()
-    for name, field in cls.__pydantic_fields__.items():
+    for name, field in cls.model_fields.items():
         if field.alias is not None or field.validation_alias is not None:
             return None
         if field.is_required():
             template[name] = _MISSING
             required.add(name)
         elif field.default_factory is not None:
-            if field.default_factory_takes_validated_data:
+            if getattr(field, "default_factory_takes_validated_data", False):
                 return None
             template[name] = _MISSING
             factories.append((name, field.default_factory))  # type: ignore[arg-type]

@@ -73,3 +73,35 @@ def test_readme_mentions_every_command_and_long_option() -> None:
         "README.md does not mention these commands or options; document them "
         f"(the README is the user's manual): {', '.join(missing)}"
     )
+
+
+# The middle of each message is click's own wording, which varies between typer versions.
+USAGE_ERRORS = [
+    (
+        ["eval", "d.jsonl", "--limit", "1e23"],
+        r"error: Invalid value for '--limit': .*integer.*; `osmosis-run eval --help` lists the "
+        r"options",
+    ),
+    (
+        ["eval", "d.jsonl", "--bogus"],
+        r"error: No such option: --bogus.*; `osmosis-run eval --help` lists the options",
+    ),
+    (
+        ["evl"],
+        r"error: No such command 'evl'\. Did you mean 'eval'\? \(`osmosis-run --help` lists "
+        r"the options\)",
+    ),
+]
+
+
+def test_usage_errors_are_one_line_and_exit_2(cli: Any) -> None:
+    for args, pattern in USAGE_ERRORS:
+        result = cli(*args)
+        assert (result.exit_code, result.stdout) == (2, ""), args
+        assert re.fullmatch(pattern + "\n", result.stderr), result.stderr
+
+
+def test_the_bare_command_still_shows_its_help(cli: Any) -> None:
+    result = cli()
+    assert result.exit_code == 2
+    assert (result.stdout + result.stderr).startswith("Usage: osmosis-run [OPTIONS] COMMAND")

@@ -6,12 +6,67 @@ fast.
 
 from __future__ import annotations
 
-import typer
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator
+from typing import Any
 
-from osmosis_run.cli.exit_codes import EXIT_CODES_HELP
+import typer
+import typer.core
+
+from osmosis_run.cli.exit_codes import EXIT_CODES_HELP, USAGE
+
+
+def _click_exceptions() -> Any:
+    """The exceptions of the click typer runs on: its vendored copy (newer typer), or click."""
+    vendored = getattr(typer.core, "_click", None)
+    name = f"{vendored.__name__}.exceptions" if vendored is not None else "click.exceptions"
+    return importlib.import_module(name)
+
+
+_EXC = _click_exceptions()
+
+
+class _UsageLine(_EXC.ClickException):  # type: ignore[misc,name-defined]
+    """A usage error shown in one line, as every other error of osmosis-run is."""
+
+    exit_code = USAGE
+
+    def show(self, file: Any = None) -> None:
+        (file or sys.stderr).write(f"error: {self.message}\n")
+
+
+@contextlib.contextmanager
+def _one_line() -> Iterator[None]:
+    try:
+        yield
+    except _EXC.UsageError as exc:
+        if isinstance(exc, getattr(_EXC, "NoArgsIsHelpError", ())):
+            raise  # `osmosis-run` alone: the help, as asked
+        command = exc.ctx.command_path if exc.ctx is not None else "osmosis-run"
+        message = exc.format_message().strip()
+        hint = f"`{command} --help` lists the options"
+        if message.endswith("?"):  # "Did you mean 'eval'?"
+            raise _UsageLine(f"{message} ({hint})") from None
+        raise _UsageLine(f"{message.rstrip('.')}; {hint}") from None
+
+
+class _Group(typer.core.TyperGroup):
+    """The app's group: bad options and arguments of every command are one-line errors."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _one_line():
+            return super().invoke(ctx)
+
 
 app = typer.Typer(
     name="osmosis-run",
+    cls=_Group,
     help=(
         "Run Osmosis agent workflows and reward graders over JSONL datasets, in-process, "
         "and keep graded results plus an artifact tree for every rollout."
