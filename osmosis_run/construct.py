@@ -63,6 +63,7 @@ def _plan(cls: type[BaseModel]) -> _Plan | None:
     template: dict[str, Any] = {}
     factories: list[tuple[str, Callable[[], Any]]] = []
     required: set[str] = set()
+    # model_fields: public in every pydantic 2 (__pydantic_fields__ only came in 2.10).
     for name, field in cls.model_fields.items():
         if field.alias is not None or field.validation_alias is not None:
             return None
@@ -70,7 +71,9 @@ def _plan(cls: type[BaseModel]) -> _Plan | None:
             template[name] = _MISSING
             required.add(name)
         elif field.default_factory is not None:
-            if getattr(field, "default_factory_takes_validated_data", False):
+            # A factory may take the validated data from pydantic 2.10 on, and FieldInfo says
+            # so from 2.11 on; where it does not say, model_construct calls the factory.
+            if getattr(field, "default_factory_takes_validated_data", True):
                 return None
             template[name] = _MISSING
             factories.append((name, field.default_factory))  # type: ignore[arg-type]

@@ -547,8 +547,15 @@ class Runner:
         self._halt()
 
     def _halt(self) -> None:
-        if not self._halting and self._main is not None:
-            self._halting = True
+        """Stop the run: the main task stops scheduling and cancels what is in flight.
+
+        From the main task itself (a failure found while scheduling) a flag is enough: it
+        checks it; cancelling itself would cancel ``run()`` as a whole.
+        """
+        if self._halting or self._main is None:
+            return
+        self._halting = True
+        if asyncio.current_task() is not self._main:
             self._main.cancel()
 
     def _fail(self, failure: OsmosisRunError) -> None:
@@ -669,8 +676,10 @@ class Runner:
         feed = _Feed(self._jobs, loop)
         try:
             await self._schedule(feed, window)
-            while self._tasks:
+            while self._tasks and not self._halting:
                 await asyncio.wait(set(self._tasks))
+            if self._halting:
+                await self._cancel_in_flight()
         except asyncio.CancelledError:
             if not self._halting or self._main is None:
                 raise
@@ -700,17 +709,19 @@ class Runner:
                         batch = []
                 while len(ahead) > lookahead:
                     await self._start(ahead.popleft(), window)
+            if self._halting:
+                return
         self._make_dirs(batch)
-        while ahead:
+        while ahead and not self._halting:
             await self._start(ahead.popleft(), window)
 
     async def _next_jobs(self, feed: _Feed) -> list[Job] | None:
+        """The next batch of jobs; None at the end, or when the dataset failed (the run stops)."""
         try:
             return await feed.next_batch()
         except DatasetError as exc:
             self._fail(exc)
-            await asyncio.sleep(0)  # the halt's cancellation lands here
-            raise
+            return None
 
     async def _start(self, job: Job, window: asyncio.Semaphore | None) -> None:
         if job.row.error is not None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, RootModel
 
 from osmosis_run.construct import construct
 from osmosis_run.records import ResultLine, Summary
@@ -91,6 +92,7 @@ class Extra(BaseModel):
     [
         (Aliased, {"Name": "n"}),
         (Private, {"x": 1}),
+        (RootModel[list[int]], {"root": [1]}),
         (Extra, {"x": 1, "other": 2}),  # a key that is not a field: pydantic's rules for extras
         (ExecutionRequest, {"prompt": []}),  # a required field missing
         (ExecutionRequest, {"id": "r", "prompt": [], "unknown": 1}),
@@ -100,3 +102,17 @@ def test_what_the_plan_cannot_reproduce_goes_to_model_construct(
     cls: type[BaseModel], values: dict[str, Any]
 ) -> None:
     assert state(construct(cls, **values)) == state(cls.model_construct(**values))
+
+
+@pytest.mark.skipif(
+    tuple(int(part) for part in pydantic.VERSION.split(".")[:2]) < (2, 10),
+    reason=f"pydantic {pydantic.VERSION}: no default factory takes the validated data",
+)
+def test_a_factory_that_reads_other_fields_goes_to_model_construct() -> None:
+    class Derived(BaseModel):
+        a: int = 1
+        b: int = Field(default_factory=lambda data: data["a"] + 1)
+
+    built = construct(Derived, a=2)
+    assert state(built) == state(Derived.model_construct(a=2))
+    assert built.b == 3
