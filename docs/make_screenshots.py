@@ -18,7 +18,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from osmosis_run.html_report import write_run_html
+from osmosis_run.reports.html_report import write_run_html
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

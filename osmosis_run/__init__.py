@@ -1,45 +1,54 @@
 """osmosis-run: a rollout runner for Osmosis agent workflows and reward graders.
 
-How this package is laid out (data flows one way: cli -> settings -> runner -> backend -> store):
+How this package is laid out: layers, each importing only the ones above it in this list (a
+test holds it); data flows one way: cli -> run (settings, plan) -> scheduler -> executor ->
+sdk backend, and finished rollouts -> store.
 
-    types.py         SDK data models: configs, samples, requests, results, status enums
-    context.py       what workflows and graders receive; the ambient RolloutContext
-    workflow.py      the AgentWorkflow and Grader base classes users subclass
-    backend.py       ExecutionBackend and LocalBackend (in-process execution)
-    loading.py       "module:attr" -> object, one typed error per failure mode
-    errors.py        the one exception tree
-    settings.py      every eval option in one model; CLI > environment > config file > defaults
-    components.py    loading a run's classes, configs and row selection (eval and validate)
-    dataset.py       JSONL rows -> Row objects; bad rows become data with file:line
-    selection.py     which rows a run takes (ranges, ids, shards, seeded shuffle)
-    runner.py        the eval engine: bounded window, deadlines, retries, interrupts
-    rollouts.py      one rollout's identity and the records it leaves
-    store.py         the run directory: results.jsonl, rollouts/<id>/..., summary.json, run.toml
-    writer.py        a writer process makes rollout directories and files on another core
-                     (_writer_child.py, standard library only, is that process)
-    records.py       ResultLine and Summary, the public shapes of results.jsonl and summary.json
-    metrics.py       summary statistics and pass@k; gates.py: quality gates, error budget
-    atif.py          samples -> ATIF v1.7 trajectories (atif_models.py validates them)
-    rundata.py       a run directory read back; report.py, compare.py, junit.py,
-                     step_summary.py, html_report.py and validate.py build on it
-    cli/             the Typer app; the only place that imports typer and rich
+    errors.py        the one exception tree (exported here)
+    _construct.py, _json.py, _redact.py
+                     fast model building, the JSON encoder, keeping secrets out of output
+    sdk/             what users write against: types, contexts, AgentWorkflow and Grader,
+                     ExecutionBackend and LocalBackend, "module:attr" loading
+    results/         what results mean, no file access: records (ResultLine, Summary, RunData),
+                     the one outcome rule, metrics, comparing two runs, gates
+    store/           the run directory: its layout, the store and its writer process, reading
+                     a run back
+    run/             the engine: settings, components, fingerprint, dataset rows, selection, the
+                     scheduler and its execution seam, rollout records, ATIF, validate
+    backends/        what runs an attempt behind the seam: in-process, and a fake for tests
+    reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run
+    cli/             the Typer app; the only place that imports typer and rich
 
-The names below are the SDK surface of ``osmosis_ai.rollout``: code written for it ports by
-changing the import line.
+The names below are the SDK surface of ``osmosis_ai.rollout`` (code written for it ports by
+changing the import line) and osmosis-run's error tree.
 """
 
 import logging
 
-from osmosis_run.backend import ExecutionBackend, LocalBackend
-from osmosis_run.context import (
+from osmosis_run.errors import (
+    AttributeNotFoundError,
+    ConfigError,
+    DatasetError,
+    FingerprintMismatchError,
+    ImportPathError,
+    InfrastructureError,
+    LoadError,
+    ModuleNotFoundLoadError,
+    OsmosisRunError,
+    RunDirError,
+    UserModuleImportError,
+    WrongKindError,
+)
+from osmosis_run.sdk.backend import ExecutionBackend, LocalBackend
+from osmosis_run.sdk.context import (
     AgentWorkflowContext,
     GraderContext,
     RolloutContext,
     SampleSource,
     get_rollout_context,
 )
-from osmosis_run.types import (
+from osmosis_run.sdk.types import (
     AgentWorkflowConfig,
     AgentWorkflowOutput,
     BaseConfig,
@@ -52,7 +61,7 @@ from osmosis_run.types import (
     RolloutSample,
     RolloutStatus,
 )
-from osmosis_run.workflow import AgentWorkflow, Grader
+from osmosis_run.sdk.workflow import AgentWorkflow, Grader
 
 __version__ = "0.1.0"
 
@@ -61,21 +70,33 @@ __all__ = [
     "AgentWorkflowConfig",
     "AgentWorkflowContext",
     "AgentWorkflowOutput",
+    "AttributeNotFoundError",
     "BaseConfig",
     "ConcurrencyConfig",
+    "ConfigError",
+    "DatasetError",
     "ExecutionBackend",
     "ExecutionOutcome",
     "ExecutionRequest",
     "ExecutionResult",
+    "FingerprintMismatchError",
     "Grader",
     "GraderConfig",
     "GraderContext",
+    "ImportPathError",
+    "InfrastructureError",
+    "LoadError",
     "LocalBackend",
+    "ModuleNotFoundLoadError",
+    "OsmosisRunError",
     "RolloutContext",
     "RolloutErrorCategory",
     "RolloutSample",
     "RolloutStatus",
+    "RunDirError",
     "SampleSource",
+    "UserModuleImportError",
+    "WrongKindError",
     "get_rollout_context",
 ]
 

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from osmosis_run.cli import app
-from osmosis_run.records import ResultLine
-from osmosis_run.store import read_results
+from osmosis_run.results.records import ResultLine
+from osmosis_run.store.store import read_results
 
 TESTS_DIR = Path(__file__).parent
 

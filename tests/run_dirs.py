@@ -8,7 +8,7 @@ from typing import Any
 
 import tomli_w
 
-from osmosis_run.records import ERROR_STATUSES, ResultLine, RolloutState, Summary
+from osmosis_run.results.records import ERROR_STATUSES, ResultLine, RolloutState, Summary
 
 
 def line(

@@ -1,4 +1,4 @@
-"""Tests for the ATIF converter (osmosis_run.atif) and its validation models (atif_models)."""
+"""Tests for the ATIF converter (osmosis_run.run.atif) and its validation models (atif_models)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from osmosis_run.atif import dumps_trajectory, trajectory_from_messages
-from osmosis_run.atif_models import Trajectory, validate_trajectory
+from osmosis_run.run.atif import dumps_trajectory, trajectory_from_messages
+from osmosis_run.run.atif_models import Trajectory, validate_trajectory
 
 Message = dict[str, Any]
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import qa_rows, results, write_jsonl
 from typer.testing import Result
 
-from osmosis_run.atif_models import validate_trajectory
-from osmosis_run.records import Summary
+from osmosis_run.results.records import Summary
+from osmosis_run.run.atif_models import validate_trajectory
 
 Cli = Callable[..., Result]
 ECHO = ["--workflow", "eval_flows:Echo", "--grader", "eval_flows:ExactMatch"]
@@ -391,7 +391,7 @@ def test_a_run_directory_being_written_is_refused(
 ) -> None:
     import fcntl
 
-    from osmosis_run import store
+    from osmosis_run.store import store
 
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
     assert eval_(cli, data, "--max-error-rate", "1", out=Path("r")).exit_code == 0

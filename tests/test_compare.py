@@ -1,4 +1,4 @@
-"""`osmosis-run compare` and osmosis_run.compare: pairing, the row bootstrap, flips, the gate."""
+"""`osmosis-run compare` and osmosis_run.results.compare: pairing, the row bootstrap, flips, the gate."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import qa_rows, write_jsonl
 from run_dirs import finished, line, write_run
 from typer.testing import Result
 
-from osmosis_run.compare import (
+from osmosis_run.results.compare import (
     Comparison,
     ErrorChange,
     compare_runs,
@@ -20,9 +20,10 @@ from osmosis_run.compare import (
     regression_verdict,
     row_key,
 )
-from osmosis_run.gates import Verdict
-from osmosis_run.records import ResultLine, Summary
-from osmosis_run.rundata import RunData, load_run
+from osmosis_run.results.gates import Verdict
+from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.results.rundata import RunData
+from osmosis_run.store.rundata import load_run
 
 Cli = Callable[..., Result]
 ECHO = ["--workflow", "eval_flows:Echo", "--grader", "eval_flows:ExactMatch"]
@@ -429,7 +430,7 @@ def test_cli_bad_options_are_usage_errors(cli: Cli, tmp_path: Path, args: list[s
 
 
 def test_cli_writes_a_compare_html(cli: Cli, tmp_path: Path) -> None:
-    pytest.importorskip("osmosis_run.html_report")
+    pytest.importorskip("osmosis_run.reports.html_report")
     write_pair(tmp_path, noise_pair)
 
     result = cli("compare", "a", "b", "--json", "--html", "diff.html")

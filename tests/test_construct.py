@@ -8,9 +8,9 @@ import pydantic
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, RootModel
 
-from osmosis_run.construct import construct
-from osmosis_run.records import ResultLine, Summary
-from osmosis_run.types import (
+from osmosis_run._construct import construct
+from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.sdk.types import (
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,

@@ -20,10 +20,10 @@ import pytest
 from conftest import results, subprocess_env, write_jsonl
 from typer.testing import Result
 
-from osmosis_run import dataset
-from osmosis_run.dataset import MAX_NESTING, count_rows, is_stream, iter_rows, parse_row
-from osmosis_run.records import Summary
-from osmosis_run.selection import Selection, count_planned
+from osmosis_run.results.records import Summary
+from osmosis_run.run import dataset
+from osmosis_run.run.dataset import MAX_NESTING, count_rows, is_stream, iter_rows, parse_row
+from osmosis_run.run.selection import Selection, count_planned
 
 Cli = Callable[..., Result]
 ECHO = ["--workflow", "eval_flows:Echo", "--grader", "eval_flows:ExactMatch"]

@@ -19,8 +19,8 @@ import pytest
 from conftest import TESTS_DIR, results, subprocess_env, write_jsonl
 from typer.testing import Result
 
-from osmosis_run.records import ResultLine
-from osmosis_run.runner import (
+from osmosis_run.results.records import ResultLine
+from osmosis_run.run.scheduler import (
     ABANDON_GRACE_S,
     RETRY_BASE_S,
     RETRY_MAX_S,
@@ -28,7 +28,7 @@ from osmosis_run.runner import (
     Runner,
     retry_delay,
 )
-from osmosis_run.settings import EvalSettings
+from osmosis_run.run.settings import EvalSettings
 
 Cli = Callable[..., Result]
 EXE = [sys.executable, "-c", "from osmosis_run.cli import main; main()"]

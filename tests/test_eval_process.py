@@ -14,7 +14,7 @@ import pytest
 from conftest import qa_rows, results, subprocess_env, write_jsonl
 from fake_openai import serve_fake_openai
 
-from osmosis_run.runner import WRITER_PROCESS_FROM
+from osmosis_run.run.scheduler import WRITER_PROCESS_FROM
 
 EXE = [sys.executable, "-c", "from osmosis_run.cli import main; main()"]
 

@@ -1,4 +1,4 @@
-"""The public SDK surface: exactly the ``osmosis_ai.rollout`` names, nothing more."""
+"""The public surface: exactly the ``osmosis_ai.rollout`` names and the error tree, nothing more."""
 
 from __future__ import annotations
 
@@ -13,21 +13,33 @@ EXPECTED = [
     "AgentWorkflowConfig",
     "AgentWorkflowContext",
     "AgentWorkflowOutput",
+    "AttributeNotFoundError",
     "BaseConfig",
     "ConcurrencyConfig",
+    "ConfigError",
+    "DatasetError",
     "ExecutionBackend",
     "ExecutionOutcome",
     "ExecutionRequest",
     "ExecutionResult",
+    "FingerprintMismatchError",
     "Grader",
     "GraderConfig",
     "GraderContext",
+    "ImportPathError",
+    "InfrastructureError",
+    "LoadError",
     "LocalBackend",
+    "ModuleNotFoundLoadError",
+    "OsmosisRunError",
     "RolloutContext",
     "RolloutErrorCategory",
     "RolloutSample",
     "RolloutStatus",
+    "RunDirError",
     "SampleSource",
+    "UserModuleImportError",
+    "WrongKindError",
     "get_rollout_context",
 ]
 

@@ -21,11 +21,11 @@ from conftest import qa_rows, results, subprocess_env, write_jsonl
 from test_eval_process import EXE, start, wait_for_lines
 from typer.testing import Result
 
-from osmosis_run import _writer_child as child
-from osmosis_run import store
-from osmosis_run.records import ResultLine
-from osmosis_run.store import read_summary
-from osmosis_run.writer import InlineWriter
+from osmosis_run.results.records import ResultLine
+from osmosis_run.store import _writer_child as child
+from osmosis_run.store import store
+from osmosis_run.store.store import read_summary
+from osmosis_run.store.writer import InlineWriter
 
 Cli = Callable[..., Result]
 ECHO = ["-w", "eval_flows:Echo", "-g", "eval_flows:ExactMatch"]
@@ -109,7 +109,7 @@ def test_an_infrastructure_error_escaping_the_run_in_a_group_is_one_line(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from osmosis_run.errors import InfrastructureError
-    from osmosis_run.runner import Runner
+    from osmosis_run.run.scheduler import Runner
 
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
     args = ["eval", str(data), *ECHO, "--out", "run"]
@@ -231,8 +231,8 @@ def test_a_killed_writer_process_is_one_line_exit_4_and_the_run_resumes(tmp_path
 
 
 def test_errors_name_the_errno_and_the_path() -> None:
-    from osmosis_run.store import infrastructure_error
-    from osmosis_run.writer import WriterLost
+    from osmosis_run.store.store import infrastructure_error
+    from osmosis_run.store.writer import WriterLost
 
     full = OSError(errno.ENOSPC, "No space left on device", "runs/x/results.jsonl")
     assert str(infrastructure_error(full)) == (
@@ -368,7 +368,7 @@ def test_the_key_is_redacted_from_osmosis_runs_log_records(tmp_path: Path) -> No
         timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 3, done.stderr
-    assert "ERROR:osmosis_run.backend:workflow of rollout q0.s0 raised RuntimeError" in (
+    assert "ERROR:osmosis_run.sdk.backend:workflow of rollout q0.s0 raised RuntimeError" in (
         done.stderr.splitlines()
     )
     assert "RuntimeError: auth failed for key [REDACTED]" in done.stderr.splitlines()
@@ -376,7 +376,7 @@ def test_the_key_is_redacted_from_osmosis_runs_log_records(tmp_path: Path) -> No
 
 
 def test_redacted_json_stays_valid_json() -> None:
-    from osmosis_run.redact import Redactor
+    from osmosis_run._redact import Redactor
 
     redactor = Redactor(['ab"cd\\ef'])
     doc = {'ab"cd\\ef': ['x ab"cd\\ef y', 1, None], "n": 'ab"cd\\ef'}

@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlparse
 import pytest
 from test_html_report import ID_PAYLOAD, PAYLOAD, Runs, make_runs
 
-from osmosis_run.html_report import write_compare_html, write_run_html
-from osmosis_run.rundata import load_run
+from osmosis_run.reports.html_report import write_compare_html, write_run_html
+from osmosis_run.store.rundata import load_run
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Request

@@ -21,17 +21,18 @@ from urllib.parse import unquote
 import pytest
 from typer.testing import CliRunner
 
-from osmosis_run import html_report
 from osmosis_run.cli import app
-from osmosis_run.html_report import (
+from osmosis_run.reports import html_report
+from osmosis_run.reports.html_report import (
     render_compare_html,
     render_run_html,
     write_compare_html,
     write_run_html,
 )
-from osmosis_run.metrics import summarize
-from osmosis_run.records import ResultLine
-from osmosis_run.rundata import RunData, load_run
+from osmosis_run.results.metrics import summarize
+from osmosis_run.results.records import ResultLine
+from osmosis_run.results.rundata import RunData
+from osmosis_run.store.rundata import load_run
 
 PAYLOAD = (
     '</script><script>window.__pwned=1;document.title="pwned"</script>'

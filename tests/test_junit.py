@@ -1,4 +1,4 @@
-"""osmosis_run.junit: one testcase per rollout; low reward is a failure, a broken rollout an error."""
+"""osmosis_run.reports.junit: one testcase per rollout; low reward is a failure, a broken rollout an error."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from run_dirs import line
 
 from osmosis_run.errors import ConfigError
-from osmosis_run.junit import write_junit
-from osmosis_run.metrics import summarize
-from osmosis_run.records import ResultLine
+from osmosis_run.reports.junit import write_junit
+from osmosis_run.results.metrics import summarize
+from osmosis_run.results.records import ResultLine
 
 
 def mixed() -> list[ResultLine]:

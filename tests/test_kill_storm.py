@@ -28,9 +28,9 @@ import pytest
 from conftest import subprocess_env, write_jsonl
 from test_eval_process import EXE
 
-from osmosis_run.records import ResultLine, Summary
-from osmosis_run.runner import WRITER_PROCESS_FROM
-from osmosis_run.store import BATCH, WRITE_QUEUE, read_results
+from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.run.scheduler import WRITER_PROCESS_FROM
+from osmosis_run.store.store import BATCH, WRITE_QUEUE, read_results
 
 SEED = int(os.environ.get("KILL_STORM_SEED", "1776"))
 ROWS = 3000

@@ -29,7 +29,7 @@ from osmosis_run.errors import (
     UserModuleImportError,
     WrongKindError,
 )
-from osmosis_run.loading import import_from_string, load_class, load_instance
+from osmosis_run.sdk.loading import import_from_string, load_class, load_instance
 
 FIXTURES = Path(__file__).parent / "sdk_fixtures"
 HOW_TO_FIX = "check the spelling, install the package, or run from the folder that holds it"

@@ -1,4 +1,4 @@
-"""`osmosis-run report` through the real CLI, and the library behind it (osmosis_run.report)."""
+"""`osmosis-run report` through the real CLI, and the library behind it (osmosis_run.reports.report)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from run_dirs import finished, line, write_run
 from typer.testing import Result
 
 from osmosis_run.errors import ConfigError, RunDirError
-from osmosis_run.records import Summary
-from osmosis_run.report import (
+from osmosis_run.reports.report import (
     FailureCategory,
     FailureGroup,
     build_report,
@@ -23,6 +22,7 @@ from osmosis_run.report import (
     open_run,
     slowest_rollouts,
 )
+from osmosis_run.results.records import Summary
 
 Cli = Callable[..., Result]
 ECHO = ["--workflow", "eval_flows:Echo", "--grader", "eval_flows:ExactMatch"]
@@ -315,7 +315,7 @@ def test_an_unwritable_junit_path_is_a_usage_error(cli: Cli, tmp_path: Path) -> 
 
 
 def test_report_writes_html(cli: Cli, tmp_path: Path) -> None:
-    pytest.importorskip("osmosis_run.html_report")
+    pytest.importorskip("osmosis_run.reports.html_report")
     mixed_run(tmp_path / "run")
 
     result = cli("report", "run", "--json", "--html", "report.html")

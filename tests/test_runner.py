@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import TESTS_DIR, qa_rows, write_jsonl
 
-from osmosis_run import runner as runner_module
-from osmosis_run.records import ResultLine
-from osmosis_run.runner import Runner
-from osmosis_run.settings import EvalSettings
+from osmosis_run.results.records import ResultLine
+from osmosis_run.run import scheduler as runner_module
+from osmosis_run.run.scheduler import Runner
+from osmosis_run.run.settings import EvalSettings
 
 
 class Recorder:

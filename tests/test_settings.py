@@ -12,10 +12,10 @@ import pytest
 from conftest import results
 from typer.testing import Result
 
-from osmosis_run.components import load_components
 from osmosis_run.errors import ConfigError
 from osmosis_run.examples.calculator import CalculatorConfig
-from osmosis_run.settings import (
+from osmosis_run.run.components import load_components
+from osmosis_run.run.settings import (
     EvalSettings,
     Gate,
     load_config_file,

@@ -1,4 +1,4 @@
-"""osmosis_run.step_summary: the Markdown job summary and $GITHUB_STEP_SUMMARY."""
+"""osmosis_run.reports.step_summary: the Markdown job summary and $GITHUB_STEP_SUMMARY."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from run_dirs import line
 
 from osmosis_run.errors import ConfigError
-from osmosis_run.gates import Verdict
-from osmosis_run.metrics import summarize
-from osmosis_run.records import Summary
-from osmosis_run.step_summary import append_step_summary, markdown_summary
+from osmosis_run.reports.step_summary import append_step_summary, markdown_summary
+from osmosis_run.results.gates import Verdict
+from osmosis_run.results.metrics import summarize
+from osmosis_run.results.records import Summary
 
 HELD = Verdict(name="mean >= 0.5", held=True, message="mean >= 0.5: held (0.5000)")
 BUDGET = Verdict(

@@ -14,10 +14,10 @@ from conftest import write_jsonl
 from typer.testing import Result
 
 from osmosis_run import AgentWorkflow, AgentWorkflowConfig, AgentWorkflowContext
-from osmosis_run.dataset import parse_row
 from osmosis_run.errors import AttributeNotFoundError
-from osmosis_run.settings import EvalSettings
-from osmosis_run.validate import ValidationReport, validate
+from osmosis_run.run.dataset import parse_row
+from osmosis_run.run.settings import EvalSettings
+from osmosis_run.run.validate import ValidationReport, validate
 
 Cli = Callable[..., Result]
 SIDE_EFFECT = "VALIDATE_SIDE_EFFECT"

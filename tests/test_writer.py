@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from conftest import subprocess_env
 
-from osmosis_run import _writer_child as child
-from osmosis_run import store as store_module
 from osmosis_run.errors import RunDirError
-from osmosis_run.store import RunStore
-from osmosis_run.writer import InlineWriter, Item, WriterProcess, pack
+from osmosis_run.store import _writer_child as child
+from osmosis_run.store import store as store_module
+from osmosis_run.store.store import RunStore
+from osmosis_run.store.writer import InlineWriter, Item, WriterProcess, pack
 
 
 def items(n: int, *, start: int = 0) -> list[Item]:
@@ -169,7 +169,7 @@ def test_a_torn_last_frame_is_dropped(tmp_path: Path) -> None:
 KILLED_RUNNER = """
 import os, signal, sys
 from pathlib import Path
-from osmosis_run.store import RunStore
+from osmosis_run.store.store import RunStore
 store = RunStore(Path(sys.argv[1]), background=True)
 store.open({"k": 1}, fresh=False)
 store.start_writer()

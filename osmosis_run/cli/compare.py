@@ -11,8 +11,8 @@ import typer
 from osmosis_run.cli import exit_codes
 
 if TYPE_CHECKING:
-    from osmosis_run.compare import Comparison
-    from osmosis_run.gates import Verdict
+    from osmosis_run.results.compare import Comparison
+    from osmosis_run.results.gates import Verdict
 
 
 def register(app: typer.Typer) -> None:
@@ -100,9 +100,9 @@ def run_compare(
 ) -> int:
     """Load both runs, compare, render, write the HTML report; return the exit code."""
     from osmosis_run.cli import render
-    from osmosis_run.compare import compare_runs, regression_verdict
     from osmosis_run.errors import OsmosisRunError
-    from osmosis_run.report import open_run
+    from osmosis_run.reports.report import open_run
+    from osmosis_run.results.compare import compare_runs, regression_verdict
 
     try:
         a = open_run(run_a, pass_threshold=pass_threshold)
@@ -116,7 +116,7 @@ def run_compare(
     verdict = None if fail_on_regression is None else regression_verdict(cmp, fail_on_regression)
     _show(cmp, verdict, json_output=json_output)
     if html is not None:
-        from osmosis_run.html_report import write_compare_html
+        from osmosis_run.reports.html_report import write_compare_html
 
         try:
             write_compare_html(run_a, run_b, html, pass_threshold=pass_threshold)
@@ -131,7 +131,7 @@ def run_compare(
 
 def _show(cmp: Comparison, verdict: Verdict | None, *, json_output: bool) -> None:
     from osmosis_run.cli import render
-    from osmosis_run.compare import comparison_json
+    from osmosis_run.results.compare import comparison_json
 
     if json_output:
         sys.stdout.write(comparison_json(cmp, verdict) + "\n")

@@ -17,10 +17,10 @@ from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.errors import InfrastructureError
-    from osmosis_run.gates import Verdict
-    from osmosis_run.rundata import RunData
-    from osmosis_run.runner import Runner, RunOutcome
-    from osmosis_run.settings import EvalSettings
+    from osmosis_run.results.gates import Verdict
+    from osmosis_run.results.rundata import RunData
+    from osmosis_run.run.scheduler import Runner, RunOutcome
+    from osmosis_run.run.settings import EvalSettings
 
 _SELECT = options.SELECTION
 _RUN = "Execution"
@@ -209,7 +209,7 @@ def _run(settings: EvalSettings, results: BinaryIO | None) -> int:
     """Prepare and run; an infrastructure error that escapes the run is still one line."""
     from osmosis_run.cli import render
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
-    from osmosis_run.runner import Runner, run_to_completion
+    from osmosis_run.run.scheduler import Runner, run_to_completion
 
     try:
         reporter = render.make_reporter(jsonl=settings.jsonl, out=results)
@@ -245,8 +245,8 @@ def _first(error: BaseException) -> InfrastructureError:
 
 def _say_if_unredacted(settings: EvalSettings) -> None:
     """A key too short to redact is used as given; say so once."""
+    from osmosis_run._redact import MIN_SECRET_LENGTH, Redactor
     from osmosis_run.cli import render
-    from osmosis_run.redact import MIN_SECRET_LENGTH, Redactor
 
     if Redactor((settings.api_key,)).too_short:
         render.print_unredacted_key(MIN_SECRET_LENGTH)
@@ -260,7 +260,7 @@ def _check_outputs(settings: EvalSettings) -> None:
         RunDirError: ``--baseline`` is not a run directory.
     """
     from osmosis_run.errors import ConfigError, RunDirError
-    from osmosis_run.store import RESULTS, RUN_CONFIG
+    from osmosis_run.store.store import RESULTS, RUN_CONFIG
 
     for option, target in (("--html", settings.html), ("--junit", settings.junit)):
         if target is None:
@@ -392,7 +392,7 @@ async def _run_with_signals(runner: Runner, reporter: Any) -> RunOutcome:
 def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     from osmosis_run.cli import render
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
-    from osmosis_run.gates import check_error_budget, check_gates
+    from osmosis_run.results.gates import check_error_budget, check_gates
 
     render.print_summary(outcome)
     if outcome.abandoned:
@@ -432,7 +432,7 @@ def _finished_run(settings: EvalSettings, outcome: RunOutcome) -> RunData | None
     """The run read back once, for whichever of --baseline, --junit and --html need it."""
     if settings.baseline is None and settings.junit is None and settings.html is None:
         return None
-    from osmosis_run.report import open_run
+    from osmosis_run.reports.report import open_run
 
     return open_run(
         outcome.run_dir, pass_threshold=settings.pass_threshold, group_by=settings.group_by
@@ -444,8 +444,8 @@ def _baseline_verdicts(settings: EvalSettings, run: RunData | None) -> list[Verd
     if settings.baseline is None or run is None:
         return []
     from osmosis_run.cli import render
-    from osmosis_run.compare import compare_runs, regression_verdict
-    from osmosis_run.report import open_run
+    from osmosis_run.reports.report import open_run
+    from osmosis_run.results.compare import compare_runs, regression_verdict
 
     comparison = compare_runs(
         open_run(Path(settings.baseline)), run, pass_threshold=settings.pass_threshold
@@ -461,15 +461,15 @@ def _write_reports(
 ) -> None:
     """--junit, --html and the GitHub step summary, from the finished run."""
     from osmosis_run.cli import render
-    from osmosis_run.step_summary import append_step_summary, markdown_summary
+    from osmosis_run.reports.step_summary import append_step_summary, markdown_summary
 
     if settings.junit is not None and run is not None:
-        from osmosis_run.junit import write_junit
+        from osmosis_run.reports.junit import write_junit
 
         write_junit(run.lines, outcome.summary, Path(settings.junit), suite_name=run.run_dir.name)
         render.err.print(f"osmosis-run: wrote JUnit report {settings.junit}", markup=False)
     if settings.html is not None and run is not None:
-        from osmosis_run.html_report import save_run_html
+        from osmosis_run.reports.html_report import save_run_html
 
         save_run_html(run, Path(settings.html))
         render.err.print(f"osmosis-run: wrote HTML report {settings.html}", markup=False)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from osmosis_run.settings import EvalSettings
+    from osmosis_run.run.settings import EvalSettings
 
 SELECTION = "Selection"
 
@@ -58,8 +58,8 @@ def resolve(values: dict[str, Any], config: Path | None) -> EvalSettings:
     Raises:
         OsmosisRunError: an option, variable or config file is invalid.
     """
-    from osmosis_run.components import add_import_path
-    from osmosis_run.settings import resolve_settings
+    from osmosis_run.run.components import add_import_path
+    from osmosis_run.run.settings import resolve_settings
 
     add_import_path(Path.cwd())
     if config is not None:

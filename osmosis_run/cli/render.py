@@ -23,9 +23,9 @@ from rich.table import Table
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from osmosis_run.gates import Verdict
-    from osmosis_run.records import ResultLine, Summary
-    from osmosis_run.runner import RunOutcome
+    from osmosis_run.results.gates import Verdict
+    from osmosis_run.results.records import ResultLine, Summary
+    from osmosis_run.run.scheduler import RunOutcome
 
 
 class _Stderr(io.TextIOBase):
@@ -312,7 +312,7 @@ def summary_table(summary: Summary, *, title: str) -> Text:
 
 def summary_rows(s: Summary) -> list[tuple[str, str]]:
     """The labelled lines of a summary, shared by the table and plain renderings."""
-    from osmosis_run.records import count_rows
+    from osmosis_run.results.records import count_rows
 
     rows = count_rows(s)
     g, a = s.reward_graded, s.reward_all
@@ -391,7 +391,7 @@ def print_verdicts(verdicts: Sequence[Verdict]) -> None:
 # --- compare: shared by `osmosis-run compare` and `eval --baseline` ---------------------------
 
 if TYPE_CHECKING:
-    from osmosis_run.compare import Comparison, Delta
+    from osmosis_run.results.compare import Comparison, Delta
 
 SHOWN_ROLLOUTS = 20
 

@@ -11,8 +11,8 @@ import typer
 from osmosis_run.cli import exit_codes
 
 if TYPE_CHECKING:
-    from osmosis_run.report import FailureCategory, RunReport, SlowRollout
-    from osmosis_run.rundata import RunData
+    from osmosis_run.reports.report import FailureCategory, RunReport, SlowRollout
+    from osmosis_run.results.rundata import RunData
 
 SHOWN_IDS = 5
 MESSAGE_CHARS = 160
@@ -103,7 +103,7 @@ def run_report(
     """Load, render and write the report files; return the exit code."""
     from osmosis_run.cli import render
     from osmosis_run.errors import OsmosisRunError
-    from osmosis_run.report import build_report, open_run
+    from osmosis_run.reports.report import build_report, open_run
 
     try:
         run = open_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
@@ -127,12 +127,12 @@ def _write_files(run: RunData, *, junit: Path | None, html: Path | None) -> None
     from osmosis_run.cli.render import err
 
     if junit is not None:
-        from osmosis_run.junit import write_junit
+        from osmosis_run.reports.junit import write_junit
 
         write_junit(run.lines, run.summary, junit, suite_name=run.run_dir.name)
         err.print(f"osmosis-run: wrote JUnit report {junit}", markup=False)
     if html is not None:
-        from osmosis_run.html_report import write_run_html
+        from osmosis_run.reports.html_report import write_run_html
 
         write_run_html(
             run.run_dir,

@@ -13,8 +13,8 @@ import typer
 from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
-    from osmosis_run.settings import EvalSettings
-    from osmosis_run.validate import ValidationReport
+    from osmosis_run.run.settings import EvalSettings
+    from osmosis_run.run.validate import ValidationReport
 
 SHOWN_PROBLEMS = 50
 
@@ -77,7 +77,7 @@ def run_validate(settings: EvalSettings) -> int:
     """
     from osmosis_run.cli import render
     from osmosis_run.errors import OsmosisRunError
-    from osmosis_run.validate import validate
+    from osmosis_run.run.validate import validate
 
     try:
         report = validate(settings)

@@ -29,9 +29,9 @@ from typing import Any
 
 from pydantic import Field
 
-from osmosis_run.context import AgentWorkflowContext, GraderContext
-from osmosis_run.types import AgentWorkflowConfig, AgentWorkflowOutput, RolloutSample
-from osmosis_run.workflow import AgentWorkflow, Grader
+from osmosis_run.sdk.context import AgentWorkflowContext, GraderContext
+from osmosis_run.sdk.types import AgentWorkflowConfig, AgentWorkflowOutput, RolloutSample
+from osmosis_run.sdk.workflow import AgentWorkflow, Grader
 
 __all__ = [
     "CalculatorAgent",

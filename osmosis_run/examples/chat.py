@@ -17,9 +17,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from osmosis_run.context import AgentWorkflowContext, get_rollout_context
-from osmosis_run.types import AgentWorkflowConfig, AgentWorkflowOutput
-from osmosis_run.workflow import AgentWorkflow
+from osmosis_run.sdk.context import AgentWorkflowContext, get_rollout_context
+from osmosis_run.sdk.types import AgentWorkflowConfig, AgentWorkflowOutput
+from osmosis_run.sdk.workflow import AgentWorkflow
 
 __all__ = [
     "ChatCompletionsWorkflow",

@@ -6,26 +6,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from osmosis_run.errors import RunDirError
-from osmosis_run.metrics import summarize
-from osmosis_run.records import ResultLine, Summary
-from osmosis_run.store import RESULTS, RUN_CONFIG, read_results, read_summary
+from osmosis_run.results.metrics import summarize
+from osmosis_run.results.records import ResultLine
+from osmosis_run.results.rundata import RunData
+from osmosis_run.store.store import RESULTS, RUN_CONFIG, read_results, read_summary
 
-__all__ = ["RunData", "load_run"]
-
-
-class RunData(BaseModel):
-    """A run as reports see it: its results (one per rollout id) and their summary."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    run_dir: Path
-    config: dict[str, Any]
-    lines: list[ResultLine]
-    summary: Summary
-    stored_summary: Summary | None
+__all__ = ["load_run"]
 
 
 def load_run(

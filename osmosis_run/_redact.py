@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from osmosis_run.serialize import encode
+from osmosis_run._json import encode
 
 __all__ = ["MIN_SECRET_LENGTH", "REDACTED", "Redactor", "logger", "register"]
 

@@ -2,7 +2,7 @@
 
 The shape follows the copy the Osmosis SDK 0.3.8 carries ("adapted from Harbor 0.20.0"):
 every model forbids unknown fields and non-finite floats. The hot path never builds these
-models; ``osmosis_run.atif`` writes plain dicts, and tests and ``osmosis-run validate`` check
+models; ``osmosis_run.run.atif`` writes plain dicts, and tests and ``osmosis-run validate`` check
 them here with ``validate_trajectory``.
 
     Trajectory

@@ -50,9 +50,10 @@ from urllib.parse import quote
 
 from osmosis_run import __version__
 from osmosis_run.errors import ConfigError
-from osmosis_run.records import ERROR_STATUSES, STATUSES, ResultLine
-from osmosis_run.rundata import RunData, load_run
-from osmosis_run.store import ROLLOUTS
+from osmosis_run.results.records import ERROR_STATUSES, STATUSES, ResultLine
+from osmosis_run.results.rundata import RunData
+from osmosis_run.store.rundata import load_run
+from osmosis_run.store.store import ROLLOUTS
 
 __all__ = [
     "render_compare_html",
@@ -168,7 +169,7 @@ def write_compare_html(
 
 
 def _page(title: str, payload: dict[str, Any]) -> str:
-    assets = resources.files("osmosis_run") / "html"
+    assets = resources.files("osmosis_run.reports") / "html"
     script = assets.joinpath("report.js").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
     payload = {**payload, "version": __version__, "generated_at": time.time()}

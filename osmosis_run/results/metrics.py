@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
-from osmosis_run.records import (
+from osmosis_run.results.records import (
     ERROR_STATUSES,
     Distribution,
     ErrorExample,

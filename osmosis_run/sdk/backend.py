@@ -18,16 +18,16 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
-from osmosis_run import redact
-from osmosis_run.construct import construct
-from osmosis_run.context import (
+from osmosis_run import _redact as redact
+from osmosis_run._construct import construct
+from osmosis_run.sdk.context import (
     AgentWorkflowContext,
     GraderContext,
     RolloutContext,
     get_rollout_context,
 )
-from osmosis_run.loading import load_class, load_instance
-from osmosis_run.types import (
+from osmosis_run.sdk.loading import load_class, load_instance
+from osmosis_run.sdk.types import (
     AgentWorkflowConfig,
     AgentWorkflowOutput,
     ExecutionOutcome,
@@ -39,7 +39,7 @@ from osmosis_run.types import (
     RolloutStatus,
     json_copy,
 )
-from osmosis_run.workflow import AgentWorkflow, Grader
+from osmosis_run.sdk.workflow import AgentWorkflow, Grader
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT",

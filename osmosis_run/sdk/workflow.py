@@ -5,8 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Generic, TypeVar
 
-from osmosis_run.context import AgentWorkflowContext, GraderContext
-from osmosis_run.types import AgentWorkflowConfig, AgentWorkflowOutput, GraderConfig
+from osmosis_run.sdk.context import AgentWorkflowContext, GraderContext
+from osmosis_run.sdk.types import AgentWorkflowConfig, AgentWorkflowOutput, GraderConfig
 
 __all__ = ["AgentWorkflow", "Grader"]
 

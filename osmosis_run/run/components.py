@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from osmosis_run.dataset import is_stream
 from osmosis_run.errors import ConfigError, DatasetError
-from osmosis_run.loading import load_class, load_instance
-from osmosis_run.selection import Selection, parse_rows_spec, parse_shard
-from osmosis_run.settings import EvalSettings
-from osmosis_run.types import AgentWorkflowConfig, BaseConfig, GraderConfig
-from osmosis_run.workflow import AgentWorkflow, Grader
+from osmosis_run.run.dataset import is_stream
+from osmosis_run.run.selection import Selection, parse_rows_spec, parse_shard
+from osmosis_run.run.settings import EvalSettings
+from osmosis_run.sdk.loading import load_class, load_instance
+from osmosis_run.sdk.types import AgentWorkflowConfig, BaseConfig, GraderConfig
+from osmosis_run.sdk.workflow import AgentWorkflow, Grader
 
 __all__ = [
     "Components",

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from osmosis_run.types import AgentWorkflowConfig, RolloutSample
+from osmosis_run.sdk.types import AgentWorkflowConfig, RolloutSample
 
 __all__ = [
     "AgentWorkflowContext",

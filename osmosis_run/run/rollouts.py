@@ -6,12 +6,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from osmosis_run.construct import construct
-from osmosis_run.dataset import Row
-from osmosis_run.records import ResultLine, RolloutState
-from osmosis_run.selection import stable_hash
-from osmosis_run.serialize import encode, unencodable
-from osmosis_run.types import (
+from osmosis_run._construct import construct
+from osmosis_run._json import encode, unencodable
+from osmosis_run.results.records import ResultLine, RolloutState
+from osmosis_run.run.dataset import Row
+from osmosis_run.run.selection import stable_hash
+from osmosis_run.sdk.types import (
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,

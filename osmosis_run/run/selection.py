@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 
 from pydantic import BaseModel, ConfigDict, field_serializer
 
-from osmosis_run.dataset import Row, count_rows, is_stream, iter_rows
 from osmosis_run.errors import ConfigError
+from osmosis_run.run.dataset import Row, count_rows, is_stream, iter_rows
 
 __all__ = [
     "Selection",

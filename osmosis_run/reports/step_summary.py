@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from osmosis_run.errors import ConfigError
-from osmosis_run.gates import Verdict
-from osmosis_run.records import Distribution, Summary, count_rows
+from osmosis_run.results.gates import Verdict
+from osmosis_run.results.records import Distribution, Summary, count_rows
 
 __all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "markdown_summary"]
 

@@ -28,9 +28,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from osmosis_run.gates import Verdict
-from osmosis_run.records import ERROR_STATUSES, ResultLine
-from osmosis_run.rundata import RunData
+from osmosis_run.results.gates import Verdict
+from osmosis_run.results.records import ERROR_STATUSES, ResultLine
+from osmosis_run.results.rundata import RunData
 
 __all__ = [
     "CompareMetric",

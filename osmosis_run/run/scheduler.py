@@ -42,17 +42,16 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from osmosis_run import __version__
-from osmosis_run.atif import trajectory_from_messages
-from osmosis_run.backend import LocalBackend
-from osmosis_run.components import check_inputs, load_components, selection_of
-from osmosis_run.construct import construct
-from osmosis_run.context import RolloutContext
-from osmosis_run.dataset import is_stream, iter_rows, rollout_id
+from osmosis_run._construct import construct
+from osmosis_run._json import encode
 from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunError
-from osmosis_run.fingerprint import build_fingerprint, default_run_dir
-from osmosis_run.metrics import MetricsAccumulator
-from osmosis_run.records import ERROR_STATUSES, ResultLine, Summary
-from osmosis_run.rollouts import (
+from osmosis_run.results.metrics import MetricsAccumulator
+from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
+from osmosis_run.run.atif import trajectory_from_messages
+from osmosis_run.run.components import check_inputs, load_components, selection_of
+from osmosis_run.run.dataset import is_stream, iter_rows, rollout_id
+from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
+from osmosis_run.run.rollouts import (
     Job,
     attempt_error,
     invalid_line,
@@ -64,16 +63,17 @@ from osmosis_run.rollouts import (
     timed_out,
     unwritable,
 )
-from osmosis_run.selection import count_planned, select
-from osmosis_run.serialize import encode
-from osmosis_run.settings import EvalSettings, settings_to_toml
-from osmosis_run.store import RUN_CONFIG, RunStore, infrastructure_error, read_results
-from osmosis_run.types import (
+from osmosis_run.run.selection import count_planned, select
+from osmosis_run.run.settings import EvalSettings, settings_to_toml
+from osmosis_run.sdk.backend import LocalBackend
+from osmosis_run.sdk.context import RolloutContext
+from osmosis_run.sdk.types import (
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,
     RolloutErrorCategory,
 )
+from osmosis_run.store.store import RUN_CONFIG, RunStore, infrastructure_error, read_results
 
 __all__ = ["Reporter", "RunOutcome", "Runner", "retry_delay", "run_to_completion"]
 

@@ -1,7 +1,7 @@
 """Convert a sample's OpenAI-style chat messages into an ATIF v1.7 trajectory document.
 
 This runs once per rollout on the hot path, so it builds plain dicts and lists directly and
-never constructs the pydantic models of ``osmosis_run.atif_models`` (tests validate its output
+never constructs the pydantic models of ``osmosis_run.run.atif_models`` (tests validate its output
 against them). The mapping follows the Osmosis SDK 0.3.8 converter:
 
 * roles: system/developer -> system, user -> user, assistant -> agent, any other -> user

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from osmosis_run.dataset import is_stream, sha256_file
-from osmosis_run.selection import Selection
-from osmosis_run.settings import EvalSettings
+from osmosis_run.run.dataset import is_stream, sha256_file
+from osmosis_run.run.selection import Selection
+from osmosis_run.run.settings import EvalSettings
 
 __all__ = ["build_fingerprint", "default_run_dir", "source_hash"]
 

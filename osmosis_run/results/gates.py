@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
-from osmosis_run.records import Summary
-from osmosis_run.settings import Gate
+from osmosis_run.results.records import Summary
 
-__all__ = ["Verdict", "check_error_budget", "check_gates", "gate_value"]
+__all__ = ["Gate", "GateMetric", "Verdict", "check_error_budget", "check_gates", "gate_value"]
+
+
+GateMetric = Literal["mean", "mean_graded", "pass_rate"]
+
+
+class Gate(BaseModel):
+    """A quality gate: the run fails (exit 1) when ``metric`` is below ``threshold``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    metric: GateMetric
+    threshold: float
 
 
 class Verdict(BaseModel):

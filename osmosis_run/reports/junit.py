@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from osmosis_run.errors import ConfigError
-from osmosis_run.records import ERROR_STATUSES, ResultLine, Summary
+from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
 
 __all__ = ["write_junit"]
 

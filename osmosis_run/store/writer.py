@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from osmosis_run import _writer_child as child
+from osmosis_run.store import _writer_child as child
 
 __all__ = [
     "InlineWriter",

@@ -37,10 +37,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from osmosis_run._redact import Redactor, register
 from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
-from osmosis_run.records import ResultLine, Summary
-from osmosis_run.redact import Redactor, register
-from osmosis_run.writer import (
+from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.store.writer import (
     InlineWriter,
     Item,
     WriterLost,

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
-from osmosis_run.components import check_inputs, load_components, selection_of
-from osmosis_run.dataset import Row, iter_rows
-from osmosis_run.selection import select
-from osmosis_run.settings import EvalSettings
+from osmosis_run.run.components import check_inputs, load_components, selection_of
+from osmosis_run.run.dataset import Row, iter_rows
+from osmosis_run.run.selection import select
+from osmosis_run.run.settings import EvalSettings
 
 __all__ = ["MAX_PROBLEMS", "ValidationReport", "validate"]
 

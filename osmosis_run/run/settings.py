@@ -21,12 +21,13 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from osmosis_run.errors import ConfigError
+from osmosis_run.results.gates import Gate
 
 __all__ = [
     "ENV_PREFIX",
@@ -41,17 +42,6 @@ __all__ = [
 ]
 
 ENV_PREFIX = "OSMOSIS_RUN_"
-
-GateMetric = Literal["mean", "mean_graded", "pass_rate"]
-
-
-class Gate(BaseModel):
-    """A quality gate: the run fails (exit 1) when ``metric`` is below ``threshold``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    metric: GateMetric
-    threshold: float
 
 
 class EvalSettings(BaseModel):

@@ -16,8 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from osmosis_run.errors import ConfigError, RunDirError
-from osmosis_run.records import ERROR_STATUSES, ResultLine, Summary
-from osmosis_run.rundata import RunData, load_run
+from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
+from osmosis_run.results.rundata import RunData
+from osmosis_run.store.rundata import load_run
 
 __all__ = [
     "FailureCategory",
