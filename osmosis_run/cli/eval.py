@@ -260,7 +260,7 @@ def _check_outputs(settings: EvalSettings) -> None:
         RunDirError: ``--baseline`` is not a run directory.
     """
     from osmosis_run.errors import ConfigError, RunDirError
-    from osmosis_run.store.store import RESULTS, RUN_CONFIG
+    from osmosis_run.store.layout import RESULTS, RUN_CONFIG
 
     for option, target in (("--html", settings.html), ("--junit", settings.junit)):
         if target is None:

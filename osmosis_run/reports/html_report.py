@@ -52,8 +52,8 @@ from osmosis_run import __version__
 from osmosis_run.errors import ConfigError
 from osmosis_run.results.records import ERROR_STATUSES, STATUSES, ResultLine
 from osmosis_run.results.rundata import RunData
+from osmosis_run.store.layout import ROLLOUTS
 from osmosis_run.store.rundata import load_run
-from osmosis_run.store.store import ROLLOUTS
 
 __all__ = [
     "render_compare_html",

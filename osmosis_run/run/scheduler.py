@@ -73,7 +73,8 @@ from osmosis_run.sdk.types import (
     ExecutionResult,
     RolloutErrorCategory,
 )
-from osmosis_run.store.store import RUN_CONFIG, RunStore, infrastructure_error, read_results
+from osmosis_run.store.layout import RUN_CONFIG
+from osmosis_run.store.store import RunStore, infrastructure_error, read_results
 
 __all__ = ["Reporter", "RunOutcome", "Runner", "retry_delay", "run_to_completion"]
 

@@ -42,6 +42,7 @@ from osmosis_run.sdk.types import (
 from osmosis_run.sdk.workflow import AgentWorkflow, Grader
 
 __all__ = [
+    "ARTIFACTS",
     "DEFAULT_MAX_CONCURRENT",
     "ExecutionBackend",
     "LocalBackend",
@@ -53,6 +54,8 @@ __all__ = [
 logger = redact.logger(__name__)  # its records never carry a run's secrets
 
 DEFAULT_MAX_CONCURRENT = 4
+# Each execution's artifacts go to <artifact root>/<rollout id>/ARTIFACTS (the SDK's layout).
+ARTIFACTS = "artifacts"
 _MADE_LIMIT = 1 << 16
 
 
@@ -247,7 +250,7 @@ class LocalBackend(ExecutionBackend):
         """
         root = self.artifact_root
         for rollout_id in rollout_ids:
-            self._ready[rollout_id] = root / rollout_id / "artifacts"
+            self._ready[rollout_id] = root / rollout_id / ARTIFACTS
 
     def _workflow_artifacts_dir(self, rollout_id: str) -> Path | None:
         if rollout_id in self._ready:
@@ -268,7 +271,7 @@ class LocalBackend(ExecutionBackend):
 
     def artifacts_dir(self, rollout_id: str, *, likely_new: bool = False) -> Path | None:
         """Make ``<root>/<rollout_id>/artifacts`` and return it, or None if it cannot be made."""
-        path = self.artifact_root / rollout_id / "artifacts"
+        path = self.artifact_root / rollout_id / ARTIFACTS
         try:
             _make_artifacts_dir(path, likely_new=likely_new)
         except OSError as exc:

@@ -10,7 +10,8 @@ from osmosis_run.errors import RunDirError
 from osmosis_run.results.metrics import summarize
 from osmosis_run.results.records import ResultLine
 from osmosis_run.results.rundata import RunData
-from osmosis_run.store.store import RESULTS, RUN_CONFIG, read_results, read_summary
+from osmosis_run.store.layout import RESULTS, RUN_CONFIG
+from osmosis_run.store.store import read_results, read_summary
 
 __all__ = ["load_run"]
 

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 from osmosis_run._redact import Redactor, register
 from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
 from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.store.layout import FINGERPRINT, RESULTS, ROLLOUTS, SUMMARY
 from osmosis_run.store.writer import (
     InlineWriter,
     Item,
@@ -52,12 +53,7 @@ from osmosis_run.store.writer import (
 
 __all__ = ["RunStore", "infrastructure_error", "read_results", "read_summary"]
 
-RESULTS = "results.jsonl"
 _FAILED = frozenset({"failure", "timeout", "invalid"})
-SUMMARY = "summary.json"
-FINGERPRINT = "fingerprint.json"
-RUN_CONFIG = "run.toml"
-ROLLOUTS = "rollouts"
 
 # What an errno means for a run, in the words of its one-line message.
 _PROBLEMS = {
