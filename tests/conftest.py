@@ -12,8 +12,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from osmosis_run.backends import executor_for
 from osmosis_run.cli import app
 from osmosis_run.results.records import ResultLine
+from osmosis_run.run.plan import prepare
+from osmosis_run.run.scheduler import Scheduler
+from osmosis_run.run.settings import EvalSettings
 from osmosis_run.store.store import read_results
 
 TESTS_DIR = Path(__file__).parent
@@ -61,3 +65,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), *sys.path])
     env.update(extra)
     return env
+
+
+def open_scheduler(settings: EvalSettings, executor: Any = None, **options: Any) -> Scheduler:
+    """``prepare`` the settings and open their run, with the in-process executor by default."""
+    plan = prepare(settings)
+    return Scheduler.open(plan, executor or executor_for(plan), **options)

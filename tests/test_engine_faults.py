@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TESTS_DIR, results, subprocess_env, write_jsonl
+from conftest import TESTS_DIR, open_scheduler, results, subprocess_env, write_jsonl
 from typer.testing import Result
 
 from osmosis_run.results.records import ResultLine
@@ -25,7 +25,6 @@ from osmosis_run.run.scheduler import (
     RETRY_BASE_S,
     RETRY_MAX_S,
     STOP_GRACE_S,
-    Runner,
     retry_delay,
 )
 from osmosis_run.run.settings import EvalSettings
@@ -196,7 +195,7 @@ def test_the_watchdog_names_the_rollout_that_holds_the_event_loop_once(tmp_path:
     rows = [{"id": "hog", "prompt": "x", "metadata": {"block": 1.2}}, {"id": "ok", "prompt": "y"}]
     s = engine_settings(tmp_path, rows, workflow="fault_flows:Blocking", concurrency=1)
     recorder = Recorder()
-    runner = Runner(s, reporter=recorder, blocked_after_s=0.4)
+    runner = open_scheduler(s, reporter=recorder, blocked_after_s=0.4)
     asyncio.run(runner.run())
     assert [e for e in recorder.events if e[0] == "blocked"] == [("blocked", "hog.s0")]
 
@@ -236,7 +235,7 @@ def test_retries_wait_on_the_injected_clock(
         slept.append(seconds)
 
     started = time.monotonic()
-    outcome = asyncio.run(Runner(s, sleep=fake_sleep, rng=random.Random(1)).run())
+    outcome = asyncio.run(open_scheduler(s, sleep=fake_sleep, rng=random.Random(1)).run())
     assert time.monotonic() - started < 5, "no real sleeping"
     [line] = results(tmp_path / "run")
     assert (line.status, line.attempts, outcome.summary.rollouts) == ("success", 3, 1)
@@ -258,13 +257,13 @@ def test_a_resume_reports_the_failures_it_keeps(tmp_path: Path) -> None:
     rows = [{"id": f"q{i}", "prompt": "x", "metadata": {"raise": "custom" if i < 2 else ""}}
             for i in range(4)]  # fmt: skip
     s = engine_settings(tmp_path, rows, workflow="fault_flows:Raises")
-    asyncio.run(Runner(s).run())
+    asyncio.run(open_scheduler(s).run())
     recorder = Recorder()
-    asyncio.run(Runner(s, reporter=recorder).run())
+    asyncio.run(open_scheduler(s, reporter=recorder).run())
     assert recorder.events == [("started", (4, 4, 2))]
     recorder = Recorder()
     retried = s.model_copy(update={"retry_failed": True})
-    asyncio.run(Runner(retried, reporter=recorder).run())
+    asyncio.run(open_scheduler(retried, reporter=recorder).run())
     assert recorder.events[0] == ("started", (4, 2, 0))
 
 

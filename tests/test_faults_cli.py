@@ -109,17 +109,17 @@ def test_an_infrastructure_error_escaping_the_run_in_a_group_is_one_line(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from osmosis_run.errors import InfrastructureError
-    from osmosis_run.run.scheduler import Runner
+    from osmosis_run.run.scheduler import Scheduler
 
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
     args = ["eval", str(data), *ECHO, "--out", "run"]
     monkeypatch.setattr(sys, "argv", ["osmosis-run", *args])
 
-    async def lost(self: Runner) -> None:
+    async def lost(self: Scheduler) -> None:
         error = InfrastructureError("the writer process of run was lost (killed by SIGKILL)")
         raise ExceptionGroup("outer", [ExceptionGroup("inner", [error])])
 
-    monkeypatch.setattr(Runner, "run", lost)
+    monkeypatch.setattr(Scheduler, "run", lost)
     result = cli(*args)
     assert result.exit_code == 4
     assert result.stderr == (

@@ -6,11 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import TESTS_DIR, qa_rows, write_jsonl
+from conftest import TESTS_DIR, open_scheduler, qa_rows, write_jsonl
 
 from osmosis_run.results.records import ResultLine
-from osmosis_run.run import scheduler as runner_module
-from osmosis_run.run.scheduler import Runner
 from osmosis_run.run.settings import EvalSettings
 
 
@@ -48,7 +46,7 @@ def _flows(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_long_running_rollout_is_reported_once(tmp_path: Path) -> None:
     recorder = Recorder()
-    runner = Runner(settings(tmp_path, concurrency=1), reporter=recorder, stall_after_s=0.2)
+    runner = open_scheduler(settings(tmp_path, concurrency=1), reporter=recorder, stall_after_s=0.2)
     outcome = asyncio.run(runner.run())
     assert outcome.summary.rollouts == 2
     stalls = [rid for kind, rid in recorder.events if kind == "stalled"]
@@ -58,7 +56,9 @@ def test_a_long_running_rollout_is_reported_once(tmp_path: Path) -> None:
 
 def test_no_stall_reports_when_a_deadline_bounds_rollouts(tmp_path: Path) -> None:
     recorder = Recorder()
-    runner = Runner(settings(tmp_path, agent_timeout=5), reporter=recorder, stall_after_s=0.1)
+    runner = open_scheduler(
+        settings(tmp_path, agent_timeout=5), reporter=recorder, stall_after_s=0.1
+    )
     asyncio.run(runner.run())
     assert [kind for kind, _ in recorder.events] == ["started", "finished", "finished"]
 
@@ -67,7 +67,6 @@ def test_no_stall_reports_when_a_deadline_bounds_rollouts(tmp_path: Path) -> Non
 def test_results_are_the_same_with_or_without_a_writer_process(
     tmp_path: Path, writer_process: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner_module, "WRITER_PROCESS_FROM", 1)
     data = write_jsonl(tmp_path / "d.jsonl", [*qa_rows(70), "not json"])
     s = EvalSettings.model_validate(
         {
@@ -78,7 +77,7 @@ def test_results_are_the_same_with_or_without_a_writer_process(
             "concurrency": 8,
         }
     )
-    runner = Runner(s, writer_process=writer_process)
+    runner = open_scheduler(s, writer_process=writer_process, writer_process_from=1)
     outcome = asyncio.run(runner.run())
     assert runner.store is not None
     assert runner.store.background is writer_process
@@ -101,8 +100,7 @@ def test_small_runs_write_in_process(tmp_path: Path) -> None:
     s = EvalSettings.model_validate(
         {"dataset": str(data), "workflow": "eval_flows:Echo", "out": str(tmp_path / "run")}
     )
-    runner = Runner(s)
-    runner.prepare()
+    runner = open_scheduler(s)
     assert runner.store is not None
     assert runner.store.background is False  # 3 rollouts: a writer process would cost more
     asyncio.run(runner.run())

@@ -1,4 +1,4 @@
-"""``osmosis-run eval``: options -> EvalSettings -> Runner -> rendered summary -> exit code."""
+"""``osmosis-run eval``: options -> EvalSettings -> Plan -> Scheduler -> rendered summary -> exit code."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from osmosis_run.errors import InfrastructureError
     from osmosis_run.results.gates import Verdict
     from osmosis_run.results.rundata import RunData
-    from osmosis_run.run.scheduler import Runner, RunOutcome
+    from osmosis_run.run.scheduler import RunOutcome, Scheduler
     from osmosis_run.run.settings import EvalSettings
 
 _SELECT = options.SELECTION
@@ -209,24 +209,31 @@ def _run(settings: EvalSettings, results: BinaryIO | None) -> int:
     """Prepare and run; an infrastructure error that escapes the run is still one line."""
     from osmosis_run.cli import render
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
-    from osmosis_run.run.scheduler import Runner, run_to_completion
+    from osmosis_run.backends import executor_for
+    from osmosis_run.run.plan import prepare
+    from osmosis_run.run.scheduler import Scheduler, run_to_completion
 
     try:
         reporter = render.make_reporter(jsonl=settings.jsonl, out=results)
-        runner = Runner(settings, reporter=reporter)
+        plan = prepare(settings)
+        runner = Scheduler.open(plan, executor_for(plan), reporter=reporter)
         reporter.on_stdout_closed = runner.stop
-        runner.prepare()
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
     failure: InfrastructureError | None = None
+    unready: OsmosisRunError | None = None
     try:
         with _fewer_collections():
             outcome = run_to_completion(_run_with_signals(runner, reporter))
-    except* InfrastructureError as group:  # the task group nests it: never show the group
+    except* InfrastructureError as group:  # even nested in a group, never show the group
         failure = _first(group)
+    except* OsmosisRunError as group:  # the executor could not get ready: nothing ran
+        unready = group.exceptions[0]  # type: ignore[assignment]
+    if unready is not None:
+        render.print_error(unready)
+        return exit_codes.USAGE
     if failure is not None:
-        assert runner.store is not None
         render.print_error(failure)
         render.print_resume_hint(runner.store.dir, failed=True)
         return exit_codes.INFRASTRUCTURE
@@ -360,7 +367,7 @@ def _fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-async def _run_with_signals(runner: Runner, reporter: Any) -> RunOutcome:
+async def _run_with_signals(runner: Scheduler, reporter: Any) -> RunOutcome:
     """Run, turning the first Ctrl-C or SIGTERM into a clean stop and the second into an exit.
 
     Plain ``signal`` handlers rather than the loop's: they run even while a workflow's blocking

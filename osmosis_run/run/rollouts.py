@@ -44,6 +44,7 @@ class Job:
     seed: int
     attempt_errors: list[dict[str, Any]] = field(default_factory=list)
     dirs: Any = None  # the runner's batch of artifacts directories being made
+    artifacts: Any = None  # what the backend said of artifacts it did not write in place
 
 
 def rollout_seed(seed: int, row_key: str, sample_index: int) -> int:
@@ -191,6 +192,12 @@ def result_document(
         doc["grader"] = _brief(outcome.grader) if outcome.grader is not None else None
     if job.attempt_errors:
         doc["previous_attempts"] = job.attempt_errors
+    if job.artifacts is not None:  # a backend that did not write them in place says what it did
+        doc["artifacts"] = {
+            "shipped": sorted(job.artifacts.files),
+            "omitted": list(job.artifacts.omitted),
+            "unavailable": job.artifacts.unavailable,
+        }
     return encode(doc)
 
 

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +48,8 @@ from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunErro
 from osmosis_run.results.metrics import MetricsAccumulator
 from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
 from osmosis_run.run.atif import trajectory_from_messages
-from osmosis_run.run.components import check_inputs, load_components, selection_of
 from osmosis_run.run.dataset import is_stream, iter_rows, rollout_id
-from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
+from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import (
     Job,
     attempt_error,
@@ -60,23 +59,38 @@ from osmosis_run.run.rollouts import (
     round_ms,
     row_fields,
     status_of,
-    timed_out,
     unwritable,
 )
-from osmosis_run.run.selection import count_planned, select
-from osmosis_run.run.settings import EvalSettings, settings_to_toml
-from osmosis_run.sdk.backend import LocalBackend
+from osmosis_run.run.seam import (
+    LOST_LIMIT,
+    Artifacts,
+    Attempt,
+    AttemptLost,
+    AttemptResult,
+    Deadlines,
+    Executor,
+)
+from osmosis_run.run.selection import select
+from osmosis_run.run.settings import settings_to_toml
+from osmosis_run.sdk.backend import ARTIFACTS
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import (
     ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,
     RolloutErrorCategory,
+    RolloutStatus,
 )
-from osmosis_run.store.layout import RUN_CONFIG
+from osmosis_run.store.layout import RUN_CONFIG, rollout_dir
 from osmosis_run.store.store import RunStore, infrastructure_error, read_results
 
-__all__ = ["Reporter", "RunOutcome", "Runner", "retry_delay", "run_to_completion"]
+__all__ = [
+    "Reporter",
+    "RunOutcome",
+    "Scheduler",
+    "retry_delay",
+    "run_to_completion",
+]
 
 LOOKAHEAD = 256
 DIR_BATCH = 32
@@ -407,39 +421,50 @@ class _Watchdog:
             suspect = seen
 
 
-class Runner:
-    """Run one evaluation described by ``EvalSettings``.
+class Scheduler:
+    """Execute a ``Plan``: its rollouts through an ``Executor``, their records into the store.
+
+    Made by ``Scheduler.open``, which opens the run directory; ``run()`` then runs every
+    rollout not finished before.
 
     Args:
-        settings: the run.
+        plan: what to run (``prepare(settings)``).
+        executor: what runs each attempt (the engine imports no concrete one).
+        store: the opened run directory.
         reporter: receives progress (the CLI renders it).
         stall_after_s: a rollout running this long without a deadline is reported once.
         blocked_after_s: a rollout holding the event loop this long is reported once.
-        writer_process: whether large runs may write through a writer process.
+        stop_grace_s: after a stop, how long rollouts in flight get to end.
+        abandon_grace_s: past its deadline, how long a rollout gets to honour its cancellation.
         sleep: how retries wait (tests pass a fake clock).
         rng: the jitter of retry back-off.
     """
 
     def __init__(
         self,
-        settings: EvalSettings,
+        plan: Plan,
+        executor: Executor,
+        store: RunStore,
         *,
         reporter: Reporter | None = None,
         stall_after_s: float = STALL_AFTER_S,
         blocked_after_s: float = BLOCKED_AFTER_S,
-        writer_process: bool = True,
+        stop_grace_s: float = STOP_GRACE_S,
+        abandon_grace_s: float = ABANDON_GRACE_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.settings = settings
+        self.plan = plan
+        self.settings = plan.settings
+        self.executor = executor
+        self.store = store
         self.reporter = reporter
         self.stall_after_s = stall_after_s
         self.blocked_after_s = blocked_after_s
-        self.writer_process = writer_process
-        self.selection = selection_of(settings)
-        self.store: RunStore | None = None
-        self.backend: LocalBackend | None = None
-        self.planned: int | None = None
+        self.stop_grace_s = stop_grace_s
+        self.abandon_grace_s = abandon_grace_s
+        self.selection = plan.selection
+        self.planned = plan.planned
         self._sleep = sleep
         self._rng = rng or random.Random()
         # rollout id -> the row hash its results line recorded (None in runs from before).
@@ -450,13 +475,14 @@ class Runner:
         # A complete run's summary.json, when it is resumed with nothing left to do.
         self._kept: Summary | None = None
         self._endpoint = RolloutContext(
-            chat_completions_url=settings.chat_completions_url or "", api_key=settings.api_key
+            chat_completions_url=self.settings.chat_completions_url or "",
+            api_key=self.settings.api_key,
         )
         self._running: dict[str, float] = {}  # rollout id -> when it started: O(concurrency)
         self._metrics = MetricsAccumulator(
-            pass_threshold=settings.pass_threshold,
-            samples=settings.samples,
-            group_by=settings.group_by,
+            pass_threshold=self.settings.pass_threshold,
+            samples=self.settings.samples,
+            group_by=self.settings.group_by,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._orphans: set[asyncio.Future[Any]] = set()  # abandoned user code, maybe running
@@ -468,40 +494,53 @@ class Runner:
         self._watchdog: _Watchdog | None = None
         self._started = 0.0
 
-    def prepare(self) -> None:
-        """Load the user's classes and configs, check the dataset, open the run directory.
+    @classmethod
+    def open(
+        cls,
+        plan: Plan,
+        executor: Executor,
+        *,
+        writer_process: bool = True,
+        writer_process_from: int = WRITER_PROCESS_FROM,
+        **options: Any,
+    ) -> Scheduler:
+        """Open the plan's run directory (locked) and take back what finished before.
+
+        Args:
+            plan: what to run.
+            executor: what runs each attempt.
+            writer_process: whether large runs may write through a writer process.
+            writer_process_from: how many rollouts to do make a run large.
+            **options: the keyword arguments of ``Scheduler``.
 
         Raises:
-            OsmosisRunError: anything that stops the run before it starts (exit code 2).
+            OsmosisRunError: the run directory cannot be used (exit code 2).
         """
-        s = self.settings
-        check_inputs(s)
-        parts = load_components(s)
-        fingerprint = build_fingerprint(s, self.selection, parts.workflow, parts.grader)
-        run_dir = Path(s.out) if s.out else default_run_dir(s, fingerprint)
-        secrets = (s.api_key,) if s.api_key else ()
-        self.store = RunStore(run_dir, secrets=secrets)
-        self.store.open(fingerprint, fresh=s.fresh)
-        self.backend = LocalBackend(
-            workflow=parts.workflow,
-            workflow_config=parts.workflow_config,
-            grader=parts.grader,
-            grader_config=parts.grader_config,
-            artifact_root=self.store.rollouts_dir.absolute(),
-        )
-        self.planned = count_planned(s.dataset, self.selection, s.samples)
+        s = plan.settings
+        store = RunStore(plan.run_dir, secrets=(s.api_key,) if s.api_key else ())
+        store.open(plan.fingerprint, fresh=s.fresh)
+        try:
+            scheduler = cls(plan, executor, store, **options)
+            scheduler._resume()
+            store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=plan.run_dir))
+        except BaseException:
+            store.close()
+            raise
+        to_do = None if plan.planned is None else plan.planned - scheduler._resumed
+        store.background = writer_process and (to_do is None or to_do >= writer_process_from)
+        return scheduler
+
+    def _resume(self) -> None:
+        """Take back the rollouts an earlier invocation finished."""
         self._kept = self._kept_summary()
         if self._kept is not None:
             self._resumed = self._kept.rollouts
             self._kept_failures = self._kept.errors
         else:
-            self.store.load_finished(drop_failed=s.retry_failed, on_line=self._resume_line)
+            self.store.load_finished(
+                drop_failed=self.settings.retry_failed, on_line=self._resume_line
+            )
             self._resumed = len(self._finished)
-        self.store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=run_dir))
-        to_do = None if self.planned is None else self.planned - self._resumed
-        self.store.background = self.writer_process and (
-            to_do is None or to_do >= WRITER_PROCESS_FROM
-        )
 
     def _resume_line(self, line: ResultLine, raw: bytes) -> None:
         """Take one results line of an earlier invocation back."""
@@ -521,7 +560,7 @@ class Runner:
         With ``--jsonl`` the results are read anyway, to be streamed.
         """
         s, store = self.settings, self.store
-        if s.retry_failed or s.jsonl or self.planned is None or store is None:
+        if s.retry_failed or s.jsonl or self.planned is None:
             return None
         kept = store.current_summary()
         if (
@@ -540,8 +579,8 @@ class Runner:
     def concurrency(self) -> int | None:
         """Rollouts in flight at most (None: no limit)."""
         if self.settings.concurrency is not None:
-            return self.settings.concurrency or None
-        return self.backend.max_concurrent if self.backend else None
+            return self.plan.concurrency
+        return self.executor.limit
 
     def stop(self) -> None:
         """Stop scheduling and cancel the rollouts in flight; ``run()`` then returns."""
@@ -569,11 +608,19 @@ class Runner:
         """Run every selected rollout not finished before; return the summary.
 
         Raises:
-            OsmosisRunError: the run directory cannot be opened (``prepare``).
+            OsmosisRunError: the executor could not get ready (before any rollout ran).
         """
-        if self.store is None:
-            self.prepare()
-        assert self.store is not None
+        try:
+            await self.executor.open()
+        except BaseException:
+            self.store.close()
+            raise
+        try:
+            return await self._run()
+        finally:
+            await self.executor.close()
+
+    async def _run(self) -> RunOutcome:
         self._main = asyncio.current_task()
         self._started = time.perf_counter()
         if self.reporter is not None:
@@ -603,7 +650,6 @@ class Runner:
 
     def _close(self) -> Summary:
         """Write what finished and the summary; after a failure, the summary of what is durable."""
-        assert self.store is not None
         final: list[Summary] = []
 
         def summarize(all_durable: bool) -> Summary:
@@ -623,7 +669,6 @@ class Runner:
 
     def _durable_summary(self) -> Summary:
         """The summary of the results that reached results.jsonl (after a failure)."""
-        assert self.store is not None
         metrics = MetricsAccumulator(
             pass_threshold=self.settings.pass_threshold,
             samples=self.settings.samples,
@@ -662,7 +707,6 @@ class Runner:
         return summary
 
     async def _execute(self) -> None:
-        assert self.store is not None
         limit = self.concurrency
         window = asyncio.Semaphore(limit) if limit else None
         loop = asyncio.get_running_loop()
@@ -698,7 +742,7 @@ class Runner:
         """Start a task per job as rows arrive, within the window."""
         ahead: deque[Job] = deque()
         batch: list[Job] = []
-        prefetch = self.store is not None and self.store.writer_process
+        prefetch = self.executor.local_artifacts and self.store.writer_process
         lookahead = LOOKAHEAD if prefetch and not is_stream(self.settings.dataset or "-") else 0
         while (jobs := await self._next_jobs(feed)) is not None:
             for job in jobs:
@@ -757,13 +801,11 @@ class Runner:
         for task in self._tasks:
             task.cancel()
         if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=STOP_GRACE_S)
+            _, pending = await asyncio.wait(set(self._tasks), timeout=self.stop_grace_s)
             self._orphans.update(pending)
 
     def _make_dirs(self, batch: list[Job]) -> None:
         """Have the writer process make a batch of artifacts directories."""
-        assert self.store is not None
-        assert self.backend is not None
         if not batch:
             return
         ids = [job.rollout_id for job in batch]
@@ -778,7 +820,7 @@ class Runner:
             return
         if future is None:
             return
-        adopt = self.backend.adopt_artifacts_dirs
+        adopt = self.executor.adopt_artifacts_dirs
 
         def made(done: Future[list[str]]) -> None:
             if done.exception() is None:
@@ -792,7 +834,6 @@ class Runner:
 
     async def _tick(self) -> None:
         """Every few milliseconds: hand finished rollouts to the writer; watch for stalls."""
-        assert self.store is not None
         warned: set[str] = set()
         watch = self.reporter is not None and self.settings.agent_timeout is None
         next_check = time.perf_counter() + min(STALL_CHECK_S, self.stall_after_s / 2)
@@ -859,26 +900,51 @@ class Runner:
     async def _execute_job(
         self, job: Job
     ) -> tuple[ExecutionRequest, ExecutionOutcome, dict[str, float | None], int]:
-        """Run a rollout, retrying transient failures; return what the last attempt gave."""
+        """Run a rollout, retrying transient failures; return what the last attempt gave.
+
+        An attempt the backend lost is run again without counting as a retry, at most
+        ``LOST_LIMIT`` times in a row; then it is the rollout's failure.
+        """
         if job.dirs is not None:
             await job.dirs.wait()
         request = self._request(job)
         self._running[job.rollout_id] = time.perf_counter()
         attempts = self.settings.retries + 1
-        for attempt in range(1, attempts + 1):
-            with self._context(job):
-                outcome, timings = await self._attempt(request)
-            result = outcome.result
-            if attempt == attempts or result.err_category not in TRANSIENT:
-                break
-            diagnostics = result.extra_fields or {}
+        attempt = lost = 0
+        while True:
+            attempt += 1
+            try:
+                result = await self.executor.run(
+                    Attempt(request, attempt, self._context(job)), self._deadlines
+                )
+                lost = 0
+            except AttemptLost as exc:
+                lost += 1
+                if lost <= LOST_LIMIT:
+                    attempt -= 1
+                    continue
+                result = _lost(exc, lost)
+            outcome = result.outcome
+            timings = {"workflow_ms": result.workflow_ms, "grader_ms": result.grader_ms}
+            if result.artifacts is not None:
+                job.artifacts = result.artifacts
+                await self._ship(job.rollout_id, result.artifacts)
+            failure = outcome.result
+            if attempt >= attempts or failure.err_category not in TRANSIENT:
+                return request, outcome, timings, attempt
+            diagnostics = failure.extra_fields or {}
             delay = retry_delay(attempt, diagnostics.get("retry_after_s"), self._rng)
-            job.attempt_errors.append({**attempt_error(attempt, result), "retry_in_s": delay})
+            job.attempt_errors.append({**attempt_error(attempt, failure), "retry_in_s": delay})
             await self._sleep(delay)
-        return request, outcome, timings, attempt
+
+    async def _ship(self, rollout_id: str, artifacts: Artifacts) -> None:
+        """Write artifacts a backend shipped back into the rollout's directory (off the loop)."""
+        if artifacts.files:
+            where = rollout_dir(self.store.dir, rollout_id) / ARTIFACTS
+            await asyncio.to_thread(_write_files, where, artifacts.files)
 
     def _context(self, job: Job) -> RolloutContext:
-        """The ambient context the backend's per-rollout context inherits from."""
+        """The ambient context of one rollout: its id, the model endpoint, its seed."""
         return self._endpoint.derive(job.rollout_id, seed=job.seed)
 
     def _request(self, job: Job) -> ExecutionRequest:
@@ -894,44 +960,23 @@ class Runner:
             grade=True,
         )
 
-    async def _attempt(
-        self, request: ExecutionRequest
-    ) -> tuple[ExecutionOutcome, dict[str, float | None]]:
-        backend = self.backend
-        assert backend is not None
-        started = time.perf_counter()
-        workflow = await self._within(
-            backend.run_workflow(request), request, request.agent_timeout_sec, "workflow", None
-        )
-        graded_at = time.perf_counter()
-        grader = None
-        if backend.grading_applies(request, workflow):
-            grader = await self._within(
-                backend.run_grader(request, workflow),
-                request,
-                request.grader_timeout_sec,
-                "grader",
-                workflow,
-            )
-        done = time.perf_counter()
-        timings = {
-            "workflow_ms": (graded_at - started) * 1000,
-            "grader_ms": (done - graded_at) * 1000 if grader is not None else None,
-        }
-        return construct(ExecutionOutcome, workflow=workflow, grader=grader), timings
+    @property
+    def _deadlines(self) -> Deadlines:
+        return self
 
-    async def _within(
+    async def within(
         self,
-        work: Coroutine[Any, Any, ExecutionResult],
-        request: ExecutionRequest,
+        stage: str,  # noqa: ARG002  (executors name their stages; the engine treats all alike)
         seconds: float | None,
-        stage: str,
-        workflow: ExecutionResult | None,
-    ) -> ExecutionResult:
-        """Run a stage within its deadline; past it, a timeout result (the sample kept).
+        work: Coroutine[Any, Any, T],
+        *,
+        rollout_id: str,
+        timed_out: Callable[[], T],
+    ) -> T:
+        """Run a stage within its deadline; past it, ``timed_out()`` (the engine's ``Deadlines``).
 
         With a deadline the stage runs in a task of its own, so that the rollout can stop
-        waiting for code that ignores its cancellation (abandoned after ``ABANDON_GRACE_S``).
+        waiting for code that ignores its cancellation (abandoned after ``abandon_grace_s``).
         A stage that returns after its deadline (blocking code held the event loop, so the
         timer could not fire) is a timeout as well.
         """
@@ -939,23 +984,23 @@ class Runner:
             return await work
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        task = loop.create_task(work, name=request.id)
+        task = loop.create_task(work, name=rollout_id)
         try:
             done, _ = await asyncio.wait({task}, timeout=seconds)
             if not done:
                 task.cancel()
-                done, _ = await asyncio.wait({task}, timeout=ABANDON_GRACE_S)
+                done, _ = await asyncio.wait({task}, timeout=self.abandon_grace_s)
         except asyncio.CancelledError:  # the run is stopping: the stage goes with it
             task.cancel()
             self._orphan(task)
             raise
         if not done:
             self._orphan(task)
-            return timed_out(stage, seconds, workflow)
+            return timed_out()
         if task.cancelled() or loop.time() > deadline:
             if not task.cancelled():
                 task.exception()  # retrieved: a late result is dropped, not logged
-            return timed_out(stage, seconds, workflow)
+            return timed_out()
         return task.result()
 
     def _orphan(self, task: asyncio.Future[Any]) -> None:
@@ -1007,7 +1052,6 @@ class Runner:
         timings: dict[str, float | None] | None = None,
     ) -> None:
         """Write one finished rollout; report it once it is handed to the writer."""
-        assert self.store is not None
         try:
             raw, line, doc, trajectory = self._documents(job, line, result, request, timings)
         except ValueError as exc:  # user output that JSON cannot hold: this rollout's failure
@@ -1036,7 +1080,6 @@ class Runner:
         Raises:
             ValueError: the rollout's output holds a value JSON cannot hold.
         """
-        assert self.store is not None
         raw = encode(line.__dict__)
         if self.store.has_secrets:
             # A workflow may put the key in an error message: keep it out of memory too.
@@ -1052,7 +1095,7 @@ class Runner:
         A ``--jsonl`` line is never printed before its rollout is handed to the writer: what a
         pipeline saw is in results.jsonl even if the run is killed right after.
         """
-        if not self._unreported or self.reporter is None or self.store is None:
+        if not self._unreported or self.reporter is None:
             return
         count = len(self._unreported) - self.store.pending
         if count <= 0:
@@ -1105,3 +1148,28 @@ def _changed_row(dataset: str, line: int, rollout: str) -> str:
         f"{name}:{line}: this row differs from the one the run recorded for {rollout}: this "
         "is another dataset; choose another --out, or add --fresh to start the run over"
     )
+
+
+def _lost(error: AttemptLost, times: int) -> AttemptResult:
+    """The failure of a rollout the backend lost ``times`` times in a row."""
+    failed = ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        sample=None,
+        err_message=f"the backend lost this rollout {times} times in a row ({error})",
+        err_category=RolloutErrorCategory.AGENT_ERROR,
+        extra_fields={"stage": "backend"},
+    )
+    return AttemptResult(
+        construct(ExecutionOutcome, workflow=failed, grader=None), None, None, None
+    )
+
+
+def _write_files(where: Path, files: Mapping[str, bytes]) -> None:
+    """Write shipped artifacts under ``where``; a path that leaves it is skipped."""
+    root = where.resolve()
+    for name, data in files.items():
+        target = (where / name).resolve()
+        if not target.is_relative_to(root):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)

@@ -1,10 +1,12 @@
-"""Profile W1 in-process: ``python -m tests.perf.profile_w1 [--scale F] [--top N] [--dump FILE]``.
+"""Profile W1 in-process: ``python -m tests.perf.profile_w1 [--ram] [--scale F] [--top N]``.
 
 Runs the W1 workload (20,000 trivial rows + exact match, concurrency 64, full artifact tree)
 through the ``osmosis-run`` entry point inside this interpreter under cProfile, imports
 included, and prints the top functions by cumulative and by own time. stderr of the run goes to a
 file, as in the benchmark, so that the progress display is the plain one. cProfile slows down
-call-heavy Python code roughly twice as much as I/O, so read shares, not seconds.
+call-heavy Python code roughly twice as much as I/O, so read shares, not seconds. ``--ram``
+writes the run to /dev/shm (W1-ram: the runner's own CPU, no disk); ``--dump FILE`` keeps the
+raw profile.
 """
 
 from __future__ import annotations
@@ -54,12 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=30, help="rows per table (default 30)")
     parser.add_argument("--dump", type=Path, help="also write the raw profile (for snakeviz)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--ram", action="store_true", help="write the run to RAM (/dev/shm)")
     args = parser.parse_args(argv)
     rows = max(1, round(W1_ROWS * args.scale))
     ws = Workspace(keep=args.keep)
     home = Path.cwd()
     try:
-        dataset, out = ws.dataset(rows), ws.fresh("W1-profile")
+        dataset, out = ws.dataset(rows), ws.fresh("W1-profile", in_memory=args.ram)
         cli = [str(dataset), "--workflow", ECHO, "--grader", EXACT_MATCH]
         cli = ["eval", *cli, "--concurrency", str(TRIVIAL_CONCURRENCY), "--out", str(out)]
         os.chdir(ws.root)  # the workflow module is importable from the cwd, as in the benchmark

@@ -11,6 +11,9 @@ How the README's words are read:
   included" and not this one, whose ideal has no start-up term. The whole-process ratio is
   reported beside it as ``whole_process_figure``.
 - W5 and W6 repeat the command and report the median (every run is listed).
+- W1-ram's "wall of the wave-1 build side by side" is that build's whole-process wall on the
+  same rows, installed in a venv of its own with this environment's dependency versions
+  (baseline.py), the two programs alternating run by run in RAM; the ratio is of the medians.
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .baseline import DEFAULT_REVISION, Baseline
 from .measure import Measured, measure
-from .workspace import ECHO, EXACT_MATCH, SLEEPY, HarnessError, Workspace
+from .workspace import ECHO, EXACT_MATCH, MEMORY_DIR, SLEEPY, HarnessError, Workspace
 
 W1_ROWS, W2_ROWS, W3_ROWS, W4_SMALL, W4_BIG = 20_000, 2_000, 10_000, 20_000, 200_000
 TRIVIAL_CONCURRENCY, W2_CONCURRENCY = 64, 100
 SLEEP_S = 0.05
 REPEATS = 5
 W6_REPEATS = 3
+W1_RAM_PAIRS = 5
 FLOOR_BASIS = (
     "floor wall = floor.py's printed wall_s (its loop, no interpreter startup), the mean of "
     "its runs right before and right after the eval"
@@ -144,11 +149,22 @@ class EvalRun:
 class Bench:
     """Runs the workloads in one workspace, at a scale of the README's row counts."""
 
-    def __init__(self, ws: Workspace, *, cli: list[str], floor: Path, scale: float) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        *,
+        cli: list[str],
+        floor: Path,
+        scale: float,
+        baseline: Baseline | None = None,
+    ) -> None:
         self.ws = ws
         self.cli = cli
         self.floor = floor
         self.scale = scale
+        self.baseline = baseline
+        self.baseline_cli: list[str] | None = None
+        self.baseline_error: HarnessError | None = None
         self.w1: EvalRun | None = None
 
     def rows(self, count: int) -> int:
@@ -159,6 +175,7 @@ class Bench:
         """The workloads by id, in the order they run."""
         return {
             "W1": self.w1_trivial,
+            "W1-ram": self.w1_ram,
             "W2": self.w2_sleeping,
             "W3": self.w3_unlimited,
             "W4": self.w4_memory,
@@ -185,11 +202,17 @@ class Bench:
             raise HarnessError(f"floor.py printed no wall_s: {process.stdout!r}") from exc
 
     def eval_command(
-        self, dataset: Path, *, workflow: str, concurrency: int, out: Path
+        self,
+        dataset: Path,
+        *,
+        workflow: str,
+        concurrency: int,
+        out: Path,
+        cli: list[str] | None = None,
     ) -> list[str]:
-        """``osmosis-run eval`` with the exact-match grader and a fresh ``--out``."""
+        """``osmosis-run eval`` (or ``cli eval``) with the exact-match grader, a fresh ``--out``."""
         return [
-            *self.cli,
+            *(cli or self.cli),
             "eval",
             str(dataset),
             "--workflow",
@@ -220,12 +243,20 @@ class Bench:
         return EvalRun(cmd=cmd, out=out, rows=rows, process=process, summary=summary)
 
     def trivial_eval(
-        self, rows: int, name: str, *, quiet: bool = False, in_memory: bool = False
+        self,
+        rows: int,
+        name: str,
+        *,
+        quiet: bool = False,
+        in_memory: bool = False,
+        cli: list[str] | None = None,
     ) -> EvalRun:
         """The trivial workflow + exact match at concurrency 64 over ``rows`` rows."""
         dataset = self.ws.dataset(rows)
         out = self.ws.fresh(f"{name}-eval", in_memory=in_memory)
-        cmd = self.eval_command(dataset, workflow=ECHO, concurrency=TRIVIAL_CONCURRENCY, out=out)
+        cmd = self.eval_command(
+            dataset, workflow=ECHO, concurrency=TRIVIAL_CONCURRENCY, out=out, cli=cli
+        )
         if not quiet:
             log(
                 f"{name}: osmosis-run eval, {rows} rows, trivial, concurrency {TRIVIAL_CONCURRENCY}"
@@ -248,6 +279,18 @@ class Bench:
         log("warm-up: osmosis-run --help and a 1-row eval (not measured)")
         self._measure([*self.cli, "--help"], "warm-up").check("osmosis-run --help")
         self.trivial_eval(1, "warm-up")
+        if self.baseline_cli is not None:
+            self.trivial_eval(1, "warm-up-baseline", cli=self.baseline_cli)
+
+    def prepare_baseline(self) -> None:
+        """Build (or find cached) the W1-ram baseline's venv; W1-ram reports a failure."""
+        if self.baseline is None or self.baseline_cli is not None or self.baseline_error:
+            return
+        try:
+            self.baseline_cli = self.baseline.command(log)
+        except HarnessError as exc:
+            log(f"W1-ram: the baseline cannot be built: {exc}")
+            self.baseline_error = exc
 
     # -- the workloads -------------------------------------------------------------------
 
@@ -305,6 +348,78 @@ class Bench:
             cpu_ratio=run.process.cpu_s / floor.cpu_s,
             **self.in_ram(rows),
         )
+
+    def w1_ram(self) -> Line:
+        """W1-ram: W1 in RAM, this build's wall / the baseline build's, the two alternating."""
+        if self.ws.memory_root is None:
+            raise HarnessError(f"W1-ram writes to RAM, and {MEMORY_DIR} is missing or full")
+        self.prepare_baseline()
+        if self.baseline is None or self.baseline_cli is None:
+            raise self.baseline_error or HarnessError("W1-ram needs a baseline revision")
+        builds = {"current": self.cli, "baseline": self.baseline_cli}
+        rows = self.rows(W1_ROWS)
+        runs: dict[str, list[EvalRun]] = {build: [] for build in builds}
+
+        def alternate() -> EvalRun:
+            log(f"W1-ram: {W1_RAM_PAIRS} x (this build, {self.baseline_name}) on {rows} rows")
+            for _ in range(W1_RAM_PAIRS):
+                for build, cli in builds.items():
+                    run = self.trivial_eval(
+                        rows, f"W1-ram-{build}", quiet=True, in_memory=True, cli=cli
+                    )
+                    self.ws.drop_from_memory(run.out)
+                    runs[build].append(run)
+            return runs["current"][-1]
+
+        floor, _ = self.floor_around(rows, "W1-ram", alternate, in_memory=True)
+        walls = {build: [run.process.wall_s for run in done] for build, done in runs.items()}
+        medians = {build: statistics.median(w) for build, w in walls.items()}
+
+        def median_of(field: Callable[[EvalRun], float], build: str) -> float:
+            return statistics.median(field(run) for run in runs[build])
+
+        return report(
+            "W1-ram",
+            [
+                Check(
+                    f"eval wall / {self.baseline_name} wall, in RAM",
+                    medians["current"] / medians["baseline"],
+                    0.75,
+                )
+            ],
+            f"median whole-process wall of {W1_RAM_PAIRS} runs of this build / median of "
+            f"{W1_RAM_PAIRS} runs of {self.baseline_name} ({self.baseline.commit[:12]}, its own "
+            "venv, this environment's dependency versions), alternating, both writing to RAM; "
+            f"floor_figure: this build's median / {FLOOR_BASIS}",
+            rows=rows,
+            concurrency=TRIVIAL_CONCURRENCY,
+            baseline=self.baseline.revision,
+            baseline_commit=self.baseline.commit[:12],
+            pairs=W1_RAM_PAIRS,
+            current_walls_s=walls["current"],
+            baseline_walls_s=walls["baseline"],
+            current_median_s=medians["current"],
+            baseline_median_s=medians["baseline"],
+            pair_ratios=[c / b for c, b in zip(walls["current"], walls["baseline"], strict=True)],
+            floor_figure=medians["current"] / floor.wall_s,
+            baseline_floor_figure=medians["baseline"] / floor.wall_s,
+            current_inner_wall_s=median_of(lambda run: run.inner_wall_s, "current"),
+            baseline_inner_wall_s=median_of(lambda run: run.inner_wall_s, "baseline"),
+            current_cpu_s=median_of(lambda run: run.process.cpu_s, "current"),
+            baseline_cpu_s=median_of(lambda run: run.process.cpu_s, "baseline"),
+            current_rss_mib=median_of(lambda run: run.process.rss_mib, "current"),
+            baseline_rss_mib=median_of(lambda run: run.process.rss_mib, "baseline"),
+            **floor.fields(),
+        )
+
+    @property
+    def baseline_name(self) -> str:
+        """How the lines name the baseline build."""
+        if self.baseline is None:
+            return "no baseline"
+        if self.baseline.revision == DEFAULT_REVISION:
+            return f"the wave-1 build {DEFAULT_REVISION}"
+        return self.baseline.revision
 
     def w2_sleeping(self) -> Line:
         """W2: eval wall / ideal for 2,000 rows sleeping 50 ms, concurrency 100."""

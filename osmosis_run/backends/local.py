@@ -1,0 +1,91 @@
+"""The in-process executor: the user's workflow and grader, run by ``LocalBackend``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from osmosis_run._construct import construct
+from osmosis_run.run.plan import Plan
+from osmosis_run.run.rollouts import timed_out
+from osmosis_run.run.seam import Attempt, AttemptResult, Deadlines
+from osmosis_run.sdk.backend import LocalBackend
+from osmosis_run.sdk.types import ExecutionOutcome, ExecutionResult
+from osmosis_run.store.layout import ROLLOUTS
+
+__all__ = ["LocalExecutor"]
+
+
+class LocalExecutor:
+    """Run attempts in this process and event loop, each stage within the engine's deadline.
+
+    Artifacts are written in place: ``<run dir>/rollouts/<rollout id>/artifacts``.
+    """
+
+    def __init__(self, backend: LocalBackend) -> None:
+        self.backend = backend
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> LocalExecutor:
+        """The executor of a plan's components, writing artifacts into its run directory."""
+        parts = plan.components
+        return cls(
+            LocalBackend(
+                workflow=parts.workflow,
+                workflow_config=parts.workflow_config,
+                grader=parts.grader,
+                grader_config=parts.grader_config,
+                artifact_root=(plan.run_dir / ROLLOUTS).absolute(),
+            )
+        )
+
+    @property
+    def limit(self) -> int | None:
+        """The workflow config's ``max_concurrent`` (4 without a config)."""
+        return self.backend.max_concurrent
+
+    @property
+    def local_artifacts(self) -> bool:
+        """Always: the workflow writes into the run directory."""
+        return True
+
+    async def open(self) -> None:
+        """Nothing to start: the classes were loaded with the plan."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    def adopt_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
+        """Use the artifacts directories the writer process made ahead."""
+        self.backend.adopt_artifacts_dirs(rollout_ids)
+
+    async def run(self, attempt: Attempt, deadlines: Deadlines) -> AttemptResult:
+        """The workflow, then the grader when grading applies, each within its deadline."""
+        backend, request = self.backend, attempt.request
+        with attempt.context:
+            started = time.perf_counter()
+            seconds = request.agent_timeout_sec
+            workflow: ExecutionResult = await deadlines.within(
+                "workflow",
+                seconds,
+                backend.run_workflow(request),
+                rollout_id=request.id,
+                timed_out=lambda: timed_out("workflow", seconds or 0, None),
+            )
+            graded_at = time.perf_counter()
+            grader = None
+            if backend.grading_applies(request, workflow):
+                grace = request.grader_timeout_sec
+                grader = await deadlines.within(
+                    "grader",
+                    grace,
+                    backend.run_grader(request, workflow),
+                    rollout_id=request.id,
+                    timed_out=lambda: timed_out("grader", grace or 0, workflow),
+                )
+            done = time.perf_counter()
+        return AttemptResult(
+            construct(ExecutionOutcome, workflow=workflow, grader=grader),
+            (graded_at - started) * 1000,
+            (done - graded_at) * 1000 if grader is not None else None,
+        )

@@ -1,0 +1,80 @@
+"""The first phase of a run: everything decided before the run directory is touched.
+
+``prepare(settings)`` loads the user's classes and configs, checks the dataset, and fixes what
+the run is: the rows it selects, how many rollouts that makes, the fingerprint, where the run
+directory is, how many rollouts may be in flight. The result is a frozen ``Plan``; the scheduler
+executes it. Whatever can stop a run before it starts is raised here (exit code 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from osmosis_run.run.components import Components, check_inputs, load_components, selection_of
+from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
+from osmosis_run.run.selection import Selection, count_planned
+from osmosis_run.run.settings import EvalSettings
+from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
+
+__all__ = ["Plan", "prepare"]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a run is: its settings, rows, components, fingerprint and run directory.
+
+    Attributes:
+        settings: every option, resolved.
+        dataset: the dataset path, or ``-`` for stdin.
+        selection: which rows the run takes.
+        components: the user's classes and config instances, loaded.
+        fingerprint: what the run is made from (a resume with other inputs is refused).
+        run_dir: the run directory.
+        planned: rollouts the run holds (None for a stream, whose rows are not counted ahead).
+        concurrency: rollouts in flight at most (None: no limit).
+    """
+
+    settings: EvalSettings
+    dataset: str
+    selection: Selection
+    components: Components
+    fingerprint: Mapping[str, Any]
+    run_dir: Path
+    planned: int | None
+    concurrency: int | None
+
+
+def prepare(settings: EvalSettings) -> Plan:
+    """Load and check everything a run needs, without writing anything.
+
+    Raises:
+        OsmosisRunError: a missing or unreadable dataset, a bad ``module:attr`` path, a bad
+            config override, a malformed selection (exit code 2).
+    """
+    dataset = check_inputs(settings)
+    selection = selection_of(settings)
+    components = load_components(settings)
+    fingerprint = build_fingerprint(settings, selection, components.workflow, components.grader)
+    run_dir = Path(settings.out) if settings.out else default_run_dir(settings, fingerprint)
+    return Plan(
+        settings=settings,
+        dataset=dataset,
+        selection=selection,
+        components=components,
+        fingerprint=fingerprint,
+        run_dir=run_dir,
+        planned=count_planned(dataset, selection, settings.samples),
+        concurrency=_concurrency(settings, components),
+    )
+
+
+def _concurrency(settings: EvalSettings, components: Components) -> int | None:
+    """``--concurrency`` (0: no limit), else the workflow config's limit, else the default."""
+    if settings.concurrency is not None:
+        return settings.concurrency or None
+    if components.workflow_config is not None:
+        return components.workflow_config.concurrency.max_concurrent
+    return DEFAULT_MAX_CONCURRENT

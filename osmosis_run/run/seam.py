@@ -1,0 +1,174 @@
+"""The execution seam: how the engine has one attempt of one rollout run, by any backend.
+
+The engine (scheduler.py) owns everything a run is about: which rollouts, how many in flight,
+deadlines from the moment a rollout starts, retries, stopping, and recording. What runs an
+attempt is an ``Executor``: it gets an ``Attempt`` and gives back an ``AttemptResult`` (the
+outcome, its timings, and where the artifacts are). The engine imports no concrete executor;
+the command line picks one and hands it over.
+
+    class Executor(Protocol):
+        limit: int | None                          # the backend's own concurrency default
+        async def open(self) -> None               # before any rollout: load, connect, preflight
+        async def run(self, attempt, deadlines) -> AttemptResult
+        async def close(self) -> None
+
+``deadlines`` is the engine's deadline machinery: ``await deadlines.within(stage, seconds,
+work)`` runs ``work`` within ``seconds`` from now and returns its result, or a timeout result when
+it overran (cancelled; abandoned if it ignores the cancellation; a timeout too if it returned
+late because blocking code held the loop). An in-process executor wraps each stage with it; a
+remote one forwards the timeouts and wraps the whole call.
+
+Raising ``AttemptLost`` says the backend lost the attempt before it finished (an actor died, a
+connection dropped): the engine runs it again without counting it against ``--retries``, at most
+``LOST_LIMIT`` times, then records a failure. Any other exception is a bug of the executor and
+stops the run with its traceback.
+
+How the backends to come fit (sketches, checked against this interface):
+
+- **LocalExecutor** (backends/local.py): holds a ``LocalBackend``; ``run`` enters the attempt's
+  ``RolloutContext``, then ``within("workflow", agent_timeout, backend.run_workflow(request))``
+  and, when grading applies, ``within("grader", ...)``; artifacts are written in place
+  (``attempt.artifacts_dir``), so ``artifacts`` is ``None``.
+- **RemoteExecutor** (eval --server URL): ``open`` checks ``GET /health``; ``run`` POSTs the
+  request (back-off on 429 with Retry-After), long-polls ``/rollout/{id}/result`` with its lease
+  inside ``within("rollout", agent + grader + margin, ...)``, and cancels the rollout on the
+  server when that wait is cancelled (Ctrl-C). A dropped connection with the rollout unknown to
+  the server raises ``AttemptLost``. Artifacts stay on the server:
+  ``Artifacts(unavailable="...")``, said in result.json.
+- **RayExecutor** (--backend ray): ``open`` starts the actor pool and waits for each actor;
+  ``run`` puts the attempt in a per-actor batch (``--ray-batch``) that a background flush sends
+  as one actor call; the reply's outcome and the artifacts shipped with it come back as
+  ``Artifacts(files=...)``; ``ActorDiedError`` raises ``AttemptLost`` after the actor is
+  replaced.
+- **OsmosisAiExecutor** (osmosis_ai classes unchanged): like LocalExecutor over osmosis_ai's own
+  context objects, entering osmosis_ai's ambient ``RolloutContext``; the outcome is converted to
+  ours.
+- **FakeExecutor** (backends/fake.py): outcomes from a handler function, for the engine's tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from osmosis_run.sdk.context import RolloutContext
+from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
+
+__all__ = [
+    "LOST_LIMIT",
+    "Artifacts",
+    "Attempt",
+    "AttemptLost",
+    "AttemptResult",
+    "Deadlines",
+    "Executor",
+]
+
+T = TypeVar("T")
+
+# An attempt the backend loses this many times in a row (an actor dying on it each time) is
+# recorded as that rollout's failure instead of being run again.
+LOST_LIMIT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of one rollout.
+
+    Attributes:
+        request: what to run (its ``id`` is the rollout id; timeouts are in it).
+        number: 1 for the first attempt, 2 for the first retry, ...
+        context: the rollout's ambient context: its id, model endpoint, key and seed. An
+            in-process executor enters it around user code; a remote one sends its endpoint.
+    """
+
+    request: ExecutionRequest
+    number: int
+    context: RolloutContext
+
+
+@dataclass(frozen=True, slots=True)
+class Artifacts:
+    """Artifacts that did not land in the run directory by themselves.
+
+    Attributes:
+        files: shipped back with the reply: path relative to the artifacts directory -> bytes.
+        omitted: paths left out (over a size cap), said in result.json.
+        unavailable: why no artifacts can come back at all (a remote server keeps them).
+    """
+
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    omitted: tuple[str, ...] = ()
+    unavailable: str | None = None
+
+
+@dataclass(slots=True)
+class AttemptResult:
+    """What an attempt gave: its outcome, how long each stage ran, and its artifacts.
+
+    ``artifacts`` is None when the executor wrote them in place (in the run directory).
+    """
+
+    outcome: ExecutionOutcome
+    workflow_ms: float | None
+    grader_ms: float | None
+    artifacts: Artifacts | None = None
+
+
+class AttemptLost(Exception):
+    """The backend lost the attempt before it finished; the engine runs it again."""
+
+
+class Deadlines(Protocol):
+    """The engine's deadline machinery, handed to executors."""
+
+    async def within(
+        self,
+        stage: str,
+        seconds: float | None,
+        work: Coroutine[Any, Any, T],
+        *,
+        rollout_id: str,
+        timed_out: Any,
+    ) -> T:
+        """Run ``work`` within ``seconds`` from now; past it, ``timed_out()``.
+
+        ``timed_out`` is a callable returning the value that stands for the overrun (a
+        timeout result). Work that ignores its cancellation is abandoned after a grace.
+        """
+        ...
+
+
+class Executor(Protocol):
+    """Runs attempts: in-process, on a rollout server, on a Ray actor pool, ..."""
+
+    @property
+    def limit(self) -> int | None:
+        """The backend's own default for rollouts in flight (None: no limit)."""
+        ...
+
+    @property
+    def local_artifacts(self) -> bool:
+        """Whether attempts write their artifacts in place, under the run directory."""
+        ...
+
+    async def open(self) -> None:
+        """Get ready before any rollout runs (connect, start workers, check versions)."""
+        ...
+
+    async def run(self, attempt: Attempt, deadlines: Deadlines) -> AttemptResult:
+        """Run one attempt.
+
+        Raises:
+            AttemptLost: the backend lost it (an actor died, a connection dropped).
+        """
+        ...
+
+    def adopt_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
+        """Directories made ahead for these rollouts (by the writer process) exist now."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the executor holds."""
+        ...
