@@ -1,4 +1,4 @@
-"""``osmosis-run eval``: options -> EvalSettings -> Plan -> Scheduler -> rendered summary -> exit code."""
+"""``osmosis-run eval``: options -> EvalSettings -> Plan -> Scheduler -> summary -> exit code."""
 
 from __future__ import annotations
 
@@ -207,9 +207,9 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
 
 def _run(settings: EvalSettings, results: BinaryIO | None) -> int:
     """Prepare and run; an infrastructure error that escapes the run is still one line."""
+    from osmosis_run.backends import executor_for
     from osmosis_run.cli import render
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
-    from osmosis_run.backends import executor_for
     from osmosis_run.run.plan import prepare
     from osmosis_run.run.scheduler import Scheduler, run_to_completion
 

@@ -1,4 +1,8 @@
-"""One rollout's identity and the records it leaves: its results line and its result.json."""
+"""One rollout's identity and the records it leaves: its results line, result.json, trajectory.
+
+The engine calls these once a rollout has finished; what a line says about a status (its score,
+whether it passed) comes from the one outcome rule, ``osmosis_run.results.outcome``.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from osmosis_run import __version__
 from osmosis_run._construct import construct
 from osmosis_run._json import encode, unencodable
+from osmosis_run.results.outcome import passed
 from osmosis_run.results.records import ResultLine, RolloutState
+from osmosis_run.run.atif import trajectory_from_messages
 from osmosis_run.run.dataset import Row
 from osmosis_run.run.selection import stable_hash
 from osmosis_run.sdk.types import (
@@ -27,9 +34,11 @@ __all__ = [
     "result_document",
     "rollout_seed",
     "round_ms",
+    "result_line",
     "row_fields",
     "status_of",
     "timed_out",
+    "trajectory_document",
     "unwritable",
 ]
 
@@ -224,3 +233,56 @@ def _brief(result: ExecutionResult) -> dict[str, Any]:
 def round_ms(ms: float | None) -> float | None:
     """Milliseconds to three decimals."""
     return None if ms is None else round(ms, 3)
+
+
+def result_line(
+    job: Job,
+    outcome: ExecutionOutcome,
+    timings: dict[str, float | None],
+    attempts: int,
+    *,
+    pass_threshold: float,
+    messages: bool = True,
+) -> ResultLine:
+    """The results line of a rollout that ran (``messages=False``: without its transcript)."""
+    result = outcome.result
+    sample = result.sample
+    status = status_of(outcome)
+    reward = sample.reward if sample is not None and status == "success" else None
+    return construct(
+        ResultLine,
+        **row_fields(job),
+        status=status,
+        error_category=str(result.err_category) if result.err_category else None,
+        error_message=result.err_message,
+        reward=reward,
+        passed=passed(status, reward, pass_threshold),
+        attempts=attempts,
+        workflow_ms=round_ms(timings["workflow_ms"]),
+        grader_ms=round_ms(timings["grader_ms"]),
+        metrics=dict(sample.metrics) if sample is not None else {},
+        messages=sample.messages if messages and sample is not None else None,
+        label=job.row.label,
+        metadata=job.row.metadata,
+        seed=job.seed,
+        finished_at=round(time.time(), 3),
+        row_hash=job.row.digest,
+    )
+
+
+def trajectory_document(line: ResultLine, outcome: ExecutionOutcome | None) -> bytes | None:
+    """trajectory.json: the sample as an ATIF v1.7 trajectory (None without a transcript)."""
+    sample = outcome.result_to_save.sample if outcome is not None else None
+    if sample is None or not sample.trajectory_messages:
+        return None
+    doc = trajectory_from_messages(
+        sample.trajectory_messages,
+        rollout_id=line.rollout_id,
+        agent_version=__version__,
+        label=sample.label,
+        reward=sample.reward,
+        sample_metrics=sample.metrics,
+        sample_extra_fields=sample.extra_fields,
+        request_metadata=line.metadata,
+    )
+    return encode(doc) if doc is not None else None

@@ -41,13 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from osmosis_run import __version__
 from osmosis_run._construct import construct
 from osmosis_run._json import encode
 from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunError
 from osmosis_run.results.metrics import MetricsAccumulator
 from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
-from osmosis_run.run.atif import trajectory_from_messages
 from osmosis_run.run.dataset import is_stream, iter_rows, rollout_id
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import (
@@ -55,10 +53,9 @@ from osmosis_run.run.rollouts import (
     attempt_error,
     invalid_line,
     result_document,
+    result_line,
     rollout_seed,
-    round_ms,
-    row_fields,
-    status_of,
+    trajectory_document,
     unwritable,
 )
 from osmosis_run.run.seam import (
@@ -894,7 +891,14 @@ class Scheduler:
             await asyncio.sleep(0)
             await asyncio.sleep(0)
         finally:  # what finished is recorded, even when the run is being stopped
-            line = self._line(job, outcome, timings, attempts)
+            line = result_line(
+                job,
+                outcome,
+                timings,
+                attempts,
+                pass_threshold=self.settings.pass_threshold,
+                messages=not self.settings.no_messages,
+            )
             self._record(job, line, result=outcome, request=request, timings=timings)
 
     async def _execute_job(
@@ -1009,39 +1013,6 @@ class Scheduler:
             self._orphans.add(task)
             task.add_done_callback(self._orphans.discard)
 
-    def _line(
-        self, job: Job, outcome: ExecutionOutcome, timings: dict[str, float | None], attempts: int
-    ) -> ResultLine:
-        result = outcome.result
-        sample = result.sample
-        status = status_of(outcome)
-        reward = sample.reward if sample is not None and status == "success" else None
-        passed: bool | None = None
-        if status == "success":
-            passed = reward is not None and reward >= self.settings.pass_threshold
-        elif status in ("failure", "timeout"):
-            passed = False
-        messages = None if self.settings.no_messages or sample is None else sample.messages
-        return construct(
-            ResultLine,
-            **row_fields(job),
-            status=status,
-            error_category=str(result.err_category) if result.err_category else None,
-            error_message=result.err_message,
-            reward=reward,
-            passed=passed,
-            attempts=attempts,
-            workflow_ms=round_ms(timings["workflow_ms"]),
-            grader_ms=round_ms(timings["grader_ms"]),
-            metrics=dict(sample.metrics) if sample is not None else {},
-            messages=messages,
-            label=job.row.label,
-            metadata=job.row.metadata,
-            seed=job.seed,
-            finished_at=round(time.time(), 3),
-            row_hash=job.row.digest,
-        )
-
     def _record(
         self,
         job: Job,
@@ -1087,7 +1058,7 @@ class Scheduler:
             if redacted != raw:
                 raw, line = redacted, ResultLine.model_validate_json(redacted)
         doc = result_document(job, line, result, request, timings)
-        return raw, line, doc, self._trajectory(line, result)
+        return raw, line, doc, trajectory_document(line, result)
 
     def _report_handed(self) -> None:
         """Report the rollouts handed to the writer since the last call, in order.
@@ -1104,22 +1075,6 @@ class Scheduler:
         del self._unreported[:count]
         for line, raw in handed:
             self.reporter.rollout_finished(line, raw)
-
-    def _trajectory(self, line: ResultLine, outcome: ExecutionOutcome | None) -> bytes | None:
-        sample = outcome.result_to_save.sample if outcome is not None else None
-        if sample is None or not sample.trajectory_messages:
-            return None
-        doc = trajectory_from_messages(
-            sample.trajectory_messages,
-            rollout_id=line.rollout_id,
-            agent_version=__version__,
-            label=sample.label,
-            reward=sample.reward,
-            sample_metrics=sample.metrics,
-            sample_extra_fields=sample.extra_fields,
-            request_metadata=line.metadata,
-        )
-        return encode(doc) if doc is not None else None
 
 
 def _open_stream(dataset: str) -> Any:
