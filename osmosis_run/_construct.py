@@ -3,9 +3,11 @@
 ``BaseModel.model_construct`` walks every field in Python, checking aliases and defaults; for
 the five models a rollout builds that is a fifth of the runner's own work per rollout. ``construct``
 makes the same instance from a plan computed once per class: a template holding every field's
-default in field order, the default factories, the required fields. A class the plan cannot
-reproduce exactly (aliases, a root model, private attributes or ``model_post_init``, factories
-that read other fields) and a call with keys that are not fields go to ``model_construct``.
+default in field order, the default factories, the required fields. A call that gives every
+field in field order (what the runner's own calls do) needs no template: its keyword arguments,
+a dict of its own, become the instance's ``__dict__``. A class the plan cannot reproduce exactly
+(aliases, a root model, private attributes or ``model_post_init``, factories that read other
+fields, its own ``__new__``) and a call with keys that are not fields go to ``model_construct``.
 """
 
 from __future__ import annotations
@@ -29,36 +31,43 @@ class _Plan:
     factories: tuple[tuple[str, Callable[[], Any]], ...]
     required: frozenset[str]
     extra: bool  # extra="allow": the instance gets an empty __pydantic_extra__
+    names: tuple[str, ...]  # every field, in order
+    every: frozenset[str]  # the same, copied into the instances that set every field
 
 
 _plans: dict[type[BaseModel], _Plan | None] = {}
+_new = object.__new__
 
 
 def construct(cls: type[M], /, **values: Any) -> M:
     """``cls.model_construct(**values)``: the same instance, without validation, faster."""
-    if cls in _plans:
+    try:
         plan = _plans[cls]
-    else:
+    except KeyError:
         plan = _plans[cls] = _plan(cls)
-    if plan is None or not values.keys() <= plan.template.keys():
+    if plan is None:
         return cls.model_construct(**values)
-    if plan.required and not plan.required <= values.keys():
+    instance = _new(cls)
+    if tuple(values) == plan.names:  # every field, in order: no defaults to fill in
+        _set(instance, "__dict__", values)
+        _set(instance, "__pydantic_fields_set__", set(plan.every))
+    elif values.keys() <= plan.every and plan.required <= values.keys():
+        data = plan.template.copy()
+        data.update(values)
+        for name, factory in plan.factories:
+            if name not in values:
+                data[name] = factory()
+        _set(instance, "__dict__", data)
+        _set(instance, "__pydantic_fields_set__", set(values))
+    else:
         return cls.model_construct(**values)
-    data = plan.template.copy()
-    data.update(values)
-    for name, factory in plan.factories:
-        if name not in values:
-            data[name] = factory()
-    instance = cls.__new__(cls)
-    _set(instance, "__dict__", data)
-    _set(instance, "__pydantic_fields_set__", set(values))
     _set(instance, "__pydantic_extra__", {} if plan.extra else None)
     _set(instance, "__pydantic_private__", None)
     return instance
 
 
 def _plan(cls: type[BaseModel]) -> _Plan | None:
-    if cls.__pydantic_root_model__ or cls.__pydantic_post_init__:
+    if cls.__pydantic_root_model__ or cls.__pydantic_post_init__ or cls.__new__ is not _new:
         return None
     template: dict[str, Any] = {}
     factories: list[tuple[str, Callable[[], Any]]] = []
@@ -80,5 +89,10 @@ def _plan(cls: type[BaseModel]) -> _Plan | None:
         else:
             template[name] = field.default
     return _Plan(
-        template, tuple(factories), frozenset(required), cls.model_config.get("extra") == "allow"
+        template,
+        tuple(factories),
+        frozenset(required),
+        cls.model_config.get("extra") == "allow",
+        tuple(template),
+        frozenset(template),
     )

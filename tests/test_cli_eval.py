@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import qa_rows, results, write_jsonl
@@ -681,3 +682,124 @@ def test_an_unwritable_report_path_is_one_line_before_anything_runs(
         "error: cannot write blocker/r.html: blocker is a file; choose another path\n"
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_after_the_run_each_run_is_read_once_and_the_output_keeps_its_order(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmosis_run.store.rundata import load_run
+
+    data = write_jsonl(
+        tmp_path / "d.jsonl", [{"id": f"r{i}", "prompt": "a", "label": "a"} for i in range(8)]
+    )
+    assert eval_(cli, data, out=Path("good")).exit_code == 0
+    reads: list[Path] = []
+
+    def counted(read: Any) -> Any:
+        def load(run_dir: Path, **kw: Any) -> Any:
+            reads.append(run_dir)
+            return read(run_dir, **kw)
+
+        return load
+
+    monkeypatch.setattr("osmosis_run.reports.report.load_run", counted(load_run))
+    monkeypatch.setattr("osmosis_run.reports.html_report.load_run", counted(load_run))
+    args = ["-w", "eval_flows:Wrong", "-g", "eval_flows:ExactMatch", "--out", "bad"]
+    reports = ["--junit", "j.xml", "--html", "r.html", "--max-error-rate", "1"]
+    result = cli(
+        "eval", str(data), *args, *reports, "--baseline", "good", "--fail-on-regression", "0.1"
+    )
+
+    assert result.exit_code == 1
+    assert reads == [Path("bad"), Path("good")]
+    lines = result.stderr.splitlines()
+    junit, html = (
+        lines.index("osmosis-run: wrote JUnit report j.xml"),
+        lines.index("osmosis-run: wrote HTML report r.html"),
+    )
+    regression = next(
+        i for i, text in enumerate(lines) if text.startswith("FAILED: mean regression <= 0.1: ")
+    )
+    assert junit + 1 == html < regression
+    assert (tmp_path / "j.xml").is_file()
+    assert (tmp_path / "r.html").is_file()
+
+
+# --- the library behind the end of a run (osmosis_run.reports.finish) ----------------------
+
+
+def finished_run(tmp_path: Path, name: str, rewards: list[float | None]) -> Path:
+    from run_dirs import finished, line, write_run
+
+    lines = [
+        line(f"r{i}.s0", reward=reward, row_index=i)
+        if reward is not None
+        else line(f"r{i}.s0", status="failure", row_index=i)
+        for i, reward in enumerate(rewards)
+    ]
+    return write_run(tmp_path / name, lines, summary=finished(len(lines)))
+
+
+def summary_of(run_dir: Path) -> Summary:
+    from osmosis_run.store.rundata import load_run
+
+    return load_run(run_dir).summary
+
+
+def test_finish_run_judges_the_summary_and_reads_nothing_without_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmosis_run.reports.finish import finish_run
+    from osmosis_run.run.settings import EvalSettings
+
+    run_dir = finished_run(tmp_path, "run", [1.0, 0.0, None])
+    summary = summary_of(run_dir)
+    monkeypatch.setattr("osmosis_run.reports.report.load_run", None)  # a read would fail
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+    gate = EvalSettings.model_validate({"fail_under": ["mean=0.9"], "max_error_rate": 1})
+    finish = finish_run(gate, summary, run_dir)
+    assert [(v.name, v.held) for v in finish.verdicts] == [
+        ("mean >= 0.9", False),
+        ("max_error_rate", True),
+    ]
+    assert finish.ending == "gate_failed"
+
+    both = EvalSettings.model_validate({"fail_under": ["mean=0.9"]})
+    assert finish_run(both, summary, run_dir).ending == "error_budget"  # the budget wins
+    fine = EvalSettings.model_validate({"max_error_rate": "50%"})
+    assert finish_run(fine, summary, run_dir).ending == "ok"
+
+
+def test_finish_run_tells_the_comparison_and_each_file_as_it_goes(tmp_path: Path) -> None:
+    from osmosis_run.reports.finish import finish_run
+    from osmosis_run.results.compare import Comparison
+    from osmosis_run.run.settings import EvalSettings
+
+    good = finished_run(tmp_path, "good", [1.0] * 6)
+    bad = finished_run(tmp_path, "bad", [0.0] * 6)
+    told: list[Any] = []
+    settings = EvalSettings.model_validate(
+        {
+            "baseline": str(good),
+            "fail_on_regression": 0.1,
+            "junit": str(tmp_path / "j.xml"),
+            "html": str(tmp_path / "r.html"),
+        }
+    )
+    finish = finish_run(
+        settings,
+        summary_of(bad),
+        bad,
+        on_comparison=lambda cmp: told.append(type(cmp)),
+        on_written=lambda kind, target: told.append((kind, target)),
+    )
+    assert told == [
+        Comparison,
+        ("JUnit", str(tmp_path / "j.xml")),
+        ("HTML", str(tmp_path / "r.html")),
+    ]
+    assert [(v.name, v.held) for v in finish.verdicts][-1] == ("max_error_rate", True)
+    assert finish.ending == "gate_failed"
+    assert (tmp_path / "j.xml").is_file()
+    assert (tmp_path / "r.html").is_file()

@@ -8,6 +8,7 @@ system one.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import pytest
-from test_html_report import ID_PAYLOAD, PAYLOAD, Runs, make_runs
+from test_html_report import (
+    ID_PAYLOAD,
+    PAYLOAD,
+    Runs,
+    clustered_runs,
+    make_runs,
+    shown_as_compare_prints,
+)
 
 from osmosis_run.reports.html_report import write_compare_html, write_run_html
 from osmosis_run.store.rundata import load_run
@@ -387,3 +395,35 @@ def test_a_big_run_opens(opened: Any, runs: Runs, tmp_path: Path) -> None:
     assert view.count("table.rollouts tbody tr") == 50
     view.page.click("button[aria-label='next page']")
     assert view.text(".pager .info") == f"51{DASH}100 of 3,014"
+
+
+def test_compare_shows_what_compare_json_reports(opened: Any, cli: Any, tmp_path: Path) -> None:
+    clustered_runs(tmp_path)
+    result = cli("compare", "a", "b", "--json", "--html", "diff.html")
+    assert result.exit_code == 0
+    document = json.loads(result.stdout)
+
+    view = opened(tmp_path / "diff.html")
+
+    for metric, spec in (("mean", ".3f"), ("pass_rate", ".1%")):
+        card = f"[data-section=comparison] [data-metric={metric}]"
+        expected = shown_as_compare_prints(document[metric], spec)
+        assert view.text(f"{card} .from") == expected["a"]
+        assert view.text(f"{card} .to") == expected["b"]
+        assert view.text(f"{card} .detail") == (
+            f"B - A {expected['delta']} · 95% CI {expected['ci']}"
+        )
+    paired = "[data-section=comparison] [data-metric=paired]"
+    assert view.text(f"{paired} .value") == str(document["paired"])
+    assert view.text(f"{paired} .detail") == (
+        f"over {document['paired_rows']} rows · {document['only_in_a']} only in A · "
+        f"{document['only_in_b']} only in B · {document['unscored']} unscored"
+    )
+    kpis = view.page.eval_on_selector_all(
+        "[data-section=comparison] .kpi:not([data-metric]) .value",
+        "cards => cards.map(c => c.innerText)",
+    )
+    flips_and_errors = [
+        len(document[key]) for key in ("pass_to_fail", "fail_to_pass", "new_errors")
+    ]
+    assert kpis[:3] == [str(n) for n in flips_and_errors]

@@ -13,12 +13,15 @@ import os
 import re
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pytest
+from run_dirs import finished, write_run
+from run_dirs import line as run_line
 from typer.testing import CliRunner
 
 from osmosis_run.cli import app
@@ -29,8 +32,9 @@ from osmosis_run.reports.html_report import (
     write_compare_html,
     write_run_html,
 )
+from osmosis_run.results.compare import compare_runs
 from osmosis_run.results.metrics import summarize
-from osmosis_run.results.records import ResultLine
+from osmosis_run.results.records import ResultLine, RolloutState
 from osmosis_run.results.rundata import RunData
 from osmosis_run.store.rundata import load_run
 
@@ -478,8 +482,9 @@ def test_compare_pairs_rollouts_and_finds_the_flips(runs: Runs) -> None:
     assert paired["both"] == 14
     assert paired["improved"] == 1
     assert paired["worsened"] == 1
-    assert paired["mean_delta"] == 0.0
+    assert data["comparison"]["mean"]["delta"] == 0.0
     assert sum(paired["delta_hist"]["counts"]) == paired["scored"] == 14
+    assert data["comparison"]["paired"] == 14
     flip = next(pair for pair in data["pairs"] if pair["i"] == "flip.s0")
     assert (flip["A"]["rw"], flip["B"]["rw"], flip["d"]) == (1.0, 0.25, -0.75)
     assert flip["A"]["t"][-1]["c"] == "Answer: 42"
@@ -503,12 +508,22 @@ def test_compare_statistics_on_known_numbers(tmp_path: Path) -> None:
     for line in b.lines:
         line.reward = 1.0
 
-    paired = page_data(render_compare_html(a, b))["paired"]
+    data = page_data(render_compare_html(a, b))
+    paired, shown = data["paired"], data["comparison"]
 
-    assert paired["mean_a"] == pytest.approx(4 / 6)
-    assert paired["mean_b"] == 1.0
-    assert paired["mean_delta"] == pytest.approx(2 / 6)
-    assert paired["se"] == pytest.approx((((1 - 1 / 3) ** 2 * 2 + (1 / 3) ** 2 * 4) / 5 / 6) ** 0.5)
+    assert shown["mean"]["a"] == pytest.approx(4 / 6)
+    assert shown["mean"]["b"] == 1.0
+    assert shown["mean"]["delta"] == pytest.approx(2 / 6)
+    assert (shown["pass_rate"]["a"], shown["pass_rate"]["b"]) == (pytest.approx(4 / 6), 1.0)
+    ci = compare_runs(a, b).mean.ci
+    assert ci is not None
+    assert shown["mean"]["ci"] == {"low": ci.low, "high": ci.high}
+    assert shown["text"]["mean"] == {
+        "a": "0.667",
+        "b": "1.000",
+        "delta": "+0.333",
+        "ci": f"[{ci.low:+.3f}, {ci.high:+.3f}]",
+    }
     assert paired["matrix"][0][0] == 4  # pass -> pass
     assert paired["matrix"][1][0] == 2  # fail -> pass
 
@@ -548,3 +563,113 @@ def test_write_compare_html_links_both_runs(runs: Runs) -> None:
     assert (data["a"]["base"], data["b"]["base"]) == ("run-a/", "run-b/")
     assert data["kind"] == "compare"
     out.unlink()
+
+
+# -- the comparison page shows what `osmosis-run compare` computes ------------------------------
+
+CLUSTERED_ROWS, CLUSTERED_SAMPLES = 12, 8
+
+
+def clustered_runs(root: Path) -> tuple[Path, Path]:
+    """Two runs of 12 rows x 8 samples whose samples agree within a row (the issue's shape).
+
+    A passes rows 0-5; B passes rows 0-2 and 6, has a failure in row 3 and an ungraded rollout
+    in row 0. The row bootstrap's interval is much wider than a standard error over rollouts.
+    """
+    passing = {"a": {0, 1, 2, 3, 4, 5}, "b": {0, 1, 2, 6}}
+    for name in ("a", "b"):
+        lines = []
+        for r in range(CLUSTERED_ROWS):
+            for k in range(CLUSTERED_SAMPLES):
+                status: RolloutState = "success"
+                if name == "b" and (r, k) in ((3, 0), (0, 7)):
+                    status = "failure" if r == 3 else "ungraded"
+                reward = 1.0 if r in passing[name] else 0.25
+                lines.append(
+                    run_line(f"q{r}.s{k}", status=status, reward=reward, row_index=r, line=r + 1)
+                )
+        write_run(
+            root / name,
+            lines,
+            summary=finished(len(lines)),
+            samples=CLUSTERED_SAMPLES,
+        )
+    return root / "a", root / "b"
+
+
+def shown_as_compare_prints(delta: dict[str, Any], spec: str) -> dict[str, str]:
+    """A delta of ``compare --json``, formatted as the ``compare`` table prints it."""
+    return {
+        "a": format(delta["a"], spec),
+        "b": format(delta["b"], spec),
+        "delta": format(delta["delta"], "+" + spec),
+        "ci": f"[{format(delta['ci']['low'], '+' + spec)}, {format(delta['ci']['high'], '+' + spec)}]",
+    }
+
+
+PAIRING = ("paired", "paired_rows", "only_in_a", "only_in_b", "unscored", "resamples", "seed")
+
+
+def test_the_compare_page_shows_what_compare_json_reports(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    clustered_runs(tmp_path)
+
+    result = cli("compare", "a", "b", "--json", "--html", "diff.html")
+
+    assert result.exit_code == 0
+    document = json.loads(result.stdout)
+    shown = page_data((tmp_path / "diff.html").read_text(encoding="utf-8"))["comparison"]
+    for metric in ("mean", "pass_rate"):
+        assert shown[metric] == document[metric]
+    assert {key: shown[key] for key in PAIRING} == {key: document[key] for key in PAIRING}
+    assert (document["paired"], document["paired_rows"], document["unscored"]) == (95, 12, 1)
+    assert shown["text"] == {
+        "mean": shown_as_compare_prints(document["mean"], ".3f"),
+        "pass_rate": shown_as_compare_prints(document["pass_rate"], ".1%"),
+    }
+    flips = {"pass_to_fail": "pf", "fail_to_pass": "fp"}
+    for key, kind in flips.items():
+        assert [p["i"] for p in page_data_pairs(tmp_path / "diff.html") if p["k"] == kind] == (
+            document[key]
+        )
+    errors = {key: len(document[key]) for key in ("new_errors", "fixed_errors")}
+    assert (
+        {key: shown["counts"][key] for key in errors}
+        == errors
+        == {
+            "new_errors": 1,
+            "fixed_errors": 0,
+        }
+    )
+
+
+def page_data_pairs(page: Path) -> list[dict[str, Any]]:
+    pairs: list[dict[str, Any]] = page_data(page.read_text(encoding="utf-8"))["pairs"]
+    return pairs
+
+
+def test_the_compare_page_shows_the_digits_the_compare_table_prints(
+    cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    clustered_runs(tmp_path)
+
+    result = cli("compare", "a", "b", "--html", "diff.html", "--seed", "3", "--resamples", "500")
+
+    assert result.exit_code == 0
+    table = [text.split() for text in result.stderr.splitlines()[2:4]]
+    shown = page_data((tmp_path / "diff.html").read_text(encoding="utf-8"))["comparison"]
+    for row, metric in zip(table, ("mean", "pass_rate"), strict=True):
+        text = shown["text"][metric]
+        assert row[2:] == [text["a"], text["b"], text["delta"], *text["ci"].split()]
+    assert (shown["seed"], shown["resamples"]) == (3, 500)
+
+
+def test_the_compare_page_judges_both_runs_at_the_comparisons_threshold(tmp_path: Path) -> None:
+    a = load_run(write_run(tmp_path / "a", [run_line("q.s0", reward=0.5)], pass_threshold=1.0))
+    b = load_run(write_run(tmp_path / "b", [run_line("q.s0", reward=0.75)], pass_threshold=0.5))
+
+    data = page_data(render_compare_html(a, b))
+
+    assert data["comparison"]["pass_threshold"] == 1.0
+    assert [(p["A"]["p"], p["B"]["p"], p["k"]) for p in data["pairs"]] == [(False, False, "ff")]

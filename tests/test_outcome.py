@@ -15,8 +15,8 @@ from osmosis_run.reports.step_summary import markdown_summary
 from osmosis_run.results import outcome
 from osmosis_run.results.compare import compare_runs, row_key
 from osmosis_run.results.metrics import MetricsAccumulator, summarize
-from osmosis_run.results.records import STATUSES, ResultLine, Summary
 from osmosis_run.results.records import ERROR_STATUSES as RECORDS_ERROR_STATUSES
+from osmosis_run.results.records import STATUSES, ResultLine, Summary
 from osmosis_run.store.rundata import load_run
 
 
@@ -43,7 +43,7 @@ def test_score_and_passed_follow_the_status(
 
 
 def test_the_error_statuses() -> None:
-    assert outcome.ERROR_STATUSES == {"failure", "timeout", "invalid"}
+    assert {"failure", "timeout", "invalid"} == outcome.ERROR_STATUSES
     assert RECORDS_ERROR_STATUSES is outcome.ERROR_STATUSES
     assert [s for s in STATUSES if outcome.is_error(s)] == ["failure", "timeout", "invalid"]
 
@@ -115,8 +115,8 @@ def test_readers_split_rollout_ids_into_the_same_rows(tmp_path: Path) -> None:
     lines = [
         line("a.s0"),
         line("a.s1"),
-        line("q.s0").model_copy(update={"rollout_id": "plain"}),
-        line("q.s0", reward=0.0).model_copy(update={"rollout_id": "x.sy"}),
+        line("q.s0").model_copy(update={"rollout_id": "p.sa"}),
+        line("q.s0", reward=0.0).model_copy(update={"rollout_id": "p.sb"}),
     ]
     run = load_run(write_run(tmp_path / "run", lines, summary=finished(4), samples=2))
 
@@ -159,7 +159,12 @@ def test_a_run_read_back_is_complete_by_the_rule(
 
 @pytest.mark.parametrize(
     ("planned", "interrupted", "state"),
-    [(2, False, "finished"), (None, False, "finished"), (5, False, "incomplete"), (2, True, "interrupted")],
+    [
+        (2, False, "finished"),
+        (None, False, "finished"),
+        (5, False, "incomplete"),
+        (2, True, "interrupted"),
+    ],
 )
 def test_the_step_summary_states_completeness_by_the_rule(
     planned: int | None, interrupted: bool, state: str

@@ -325,6 +325,35 @@ def test_report_writes_html(cli: Cli, tmp_path: Path) -> None:
     assert (tmp_path / "report.html").stat().st_size > 0
 
 
+def test_report_reads_the_run_once_for_html_and_junit(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmosis_run.store.rundata import load_run
+
+    mixed_run(tmp_path / "run")
+    reads: list[Path] = []
+
+    def counted(read: Any) -> Any:
+        def load(run_dir: Path, **kw: Any) -> Any:
+            reads.append(run_dir)
+            return read(run_dir, **kw)
+
+        return load
+
+    monkeypatch.setattr("osmosis_run.reports.report.load_run", counted(load_run))
+    monkeypatch.setattr("osmosis_run.reports.html_report.load_run", counted(load_run))
+
+    result = cli("report", "run", "--json", "--html", "r.html", "--junit", "j.xml")
+
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "osmosis-run: wrote JUnit report j.xml\nosmosis-run: wrote HTML report r.html\n"
+    )
+    assert reads == [Path("run")]
+    assert (tmp_path / "r.html").stat().st_size > 0
+    assert (tmp_path / "j.xml").stat().st_size > 0
+
+
 def test_report_help_documents_every_option(cli: Cli) -> None:
     result = cli("report", "--help")
 

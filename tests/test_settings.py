@@ -174,7 +174,9 @@ def test_the_model_endpoint_variables(tmp_path: Path) -> None:
         tmp_path,
         env={"OSMOSIS_CHAT_COMPLETIONS_URL": "http://model/v1", "OSMOSIS_API_KEY": "sk-1"},
     )
-    assert (settings.chat_completions_url, settings.api_key) == ("http://model/v1", "sk-1")
+    assert settings.chat_completions_url == "http://model/v1"
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == "sk-1"
     settings = resolve(
         tmp_path,
         env={
@@ -185,7 +187,9 @@ def test_the_model_endpoint_variables(tmp_path: Path) -> None:
     assert settings.chat_completions_url == "x"
     cli = {"chat_completions_url": "http://cli/v1", "api_key": "sk-cli"}
     settings = resolve(tmp_path, cli=cli, env={"OSMOSIS_API_KEY": "sk-env"})
-    assert (settings.chat_completions_url, settings.api_key) == ("http://cli/v1", "sk-cli")
+    assert settings.chat_completions_url == "http://cli/v1"
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == "sk-cli"
 
 
 # --- config files ------------------------------------------------------------------------------
@@ -394,14 +398,72 @@ def test_import_paths_set_in_the_file_replace_its_folder(tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     ("value", "want"),
-    [("unlimited", 0), ("Unlimited", 0), ("0", 0), ("12", 12), (5, 5), (None, None)],
+    [
+        ("unlimited", "unlimited"),
+        ("Unlimited", "unlimited"),
+        ("none", "unlimited"),
+        ("inf", "unlimited"),
+        ("0", "unlimited"),
+        (0, "unlimited"),
+        ("12", 12),
+        (5, 5),
+        (None, None),
+    ],
 )
-def test_concurrency_forms(value: str | int | None, want: int | None) -> None:
+def test_concurrency_forms(value: str | int | None, want: int | str | None) -> None:
     assert parse_concurrency(value) == want
 
 
+@pytest.mark.parametrize("value", [0, "0", "unlimited", "UNLIMITED", "inf"])
+def test_unlimited_has_one_spelling_in_the_settings(value: str | int) -> None:
+    assert EvalSettings.model_validate({"concurrency": value}).concurrency == "unlimited"
+
+
 def test_unlimited_concurrency_from_a_file(tmp_path: Path) -> None:
-    assert resolve(tmp_path, file='concurrency = "unlimited"\n').concurrency == 0
+    assert resolve(tmp_path, file='concurrency = "unlimited"\n').concurrency == "unlimited"
+    assert resolve(tmp_path, file="concurrency = 0\n").concurrency == "unlimited"
+
+
+@pytest.mark.parametrize(
+    ("key", "spec", "want"),
+    [
+        ("rows", "3,7,10-20", ((3, 3), (7, 7), (10, 20))),
+        ("rows", " 1 - 2 ", ((1, 2),)),
+        ("rows", "", None),
+        ("shard", "1/3", (1, 3)),
+        ("shard", "", None),
+    ],
+)
+def test_rows_and_shard_are_parsed_by_the_settings(key: str, spec: str, want: Any) -> None:
+    assert getattr(EvalSettings.model_validate({key: spec}), key) == want
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "message"),
+    [
+        ({"rows": "a-b"}, {}, '--rows "a-b": expected indices and ranges like "3,7,10-20"'),
+        ({"rows": "5-2"}, {}, '--rows "5-2": "5-2" is not a valid range'),
+        ({}, {"OSMOSIS_RUN_ROWS": "x"}, '--rows "x": expected indices and ranges like "3,7,10-20"'),
+        ({"shard": "3/3"}, {}, '--shard "3/3": need 0 <= I < N, for example 0/4'),
+        ({}, {"OSMOSIS_RUN_SHARD": "one"}, '--shard "one": expected I/N, for example 0/4'),
+    ],
+)
+def test_a_bad_rows_or_shard_spec_fails_at_resolve_time(
+    tmp_path: Path, cli: dict[str, Any], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(tmp_path, cli=cli, env=env)
+    assert str(caught.value) == message
+
+
+def test_the_api_key_is_a_secret(tmp_path: Path) -> None:
+    settings = resolve(tmp_path, cli={"api_key": "sk-very-secret-1"})
+    assert settings.api_key is not None
+    assert settings.api_key.get_secret_value() == "sk-very-secret-1"
+    assert "sk-very-secret-1" not in repr(settings)
+    assert "sk-very-secret-1" not in str(settings.model_dump())
+    assert "sk-very-secret-1" not in settings.model_dump_json()
+    assert "sk-very-secret-1" not in settings_to_toml(settings, run_dir=tmp_path)
 
 
 def test_concurrency_that_is_not_a_number(tmp_path: Path) -> None:

@@ -20,8 +20,9 @@ from conftest import subprocess_env
 from osmosis_run.errors import RunDirError
 from osmosis_run.store import _writer_child as child
 from osmosis_run.store import store as store_module
+from osmosis_run.store import writer as writer_module
 from osmosis_run.store.store import RunStore
-from osmosis_run.store.writer import InlineWriter, Item, WriterProcess, pack
+from osmosis_run.store.writer import InlineWriter, Item, WriterProcess, child_command, pack
 
 
 def items(n: int, *, start: int = 0) -> list[Item]:
@@ -79,6 +80,34 @@ def test_both_writers_leave_the_same_bytes(tmp_path: Path) -> None:
     assert runs["process"]["rollouts/r7.s0/artifacts"] is None
     assert "rollouts/r6.s0/trajectory.json" not in process_tree
     assert process_tree["rollouts/r5-é.s0/result.json"] == items(1, start=5)[0][2]
+
+
+def test_both_writers_take_the_rollout_file_names_from_the_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer process cannot import layout.py: its names come from writer.py, which does.
+    monkeypatch.setattr(writer_module, "RESULT_JSON", "r.json")
+    monkeypatch.setattr(writer_module, "TRAJECTORY_JSON", "t.json")
+    monkeypatch.setattr(writer_module, "ARTIFACTS", "a")
+    rollout = [("x.s0", b"{}", b'{"r": 1}', b'{"t": 1}')]
+    for name in ("inline", "process"):
+        (tmp_path / name / "rollouts").mkdir(parents=True)
+        results, rollouts = tmp_path / name / "results.jsonl", tmp_path / name / "rollouts"
+        if name == "inline":
+            inline = InlineWriter(results, rollouts)
+            inline.write(rollout)
+            inline.finish()
+        else:
+            writer = WriterProcess(results, rollouts, queue=1)
+            writer.make_dirs(["x.s0"])
+            writer.write(rollout)
+            writer.finish()
+        assert tree(rollouts) == {
+            "x.s0": None,
+            **({"x.s0/a": None} if name == "process" else {}),
+            "x.s0/r.json": b'{"r": 1}',
+            "x.s0/t.json": b'{"t": 1}',
+        }
 
 
 def test_make_dirs_answers_with_the_ids_it_could_not_make(
@@ -148,14 +177,7 @@ def test_a_torn_last_frame_is_dropped(tmp_path: Path) -> None:
     frames = child.HEADER.pack(b"W", 1, len(whole)) + whole
     frames += child.HEADER.pack(b"W", 2, len(torn)) + torn[:-7]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            child.__file__,
-            str(tmp_path / "results.jsonl"),
-            str(tmp_path / "rollouts"),
-        ],
+        child_command(tmp_path / "results.jsonl", tmp_path / "rollouts"),
         input=frames,
         capture_output=True,
         check=False,

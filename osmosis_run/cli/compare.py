@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from osmosis_run.cli import exit_codes
+from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.results.compare import Comparison
@@ -36,35 +36,22 @@ def compare_command(
     ] = "mean",
     fail_on_regression: Annotated[
         float | None,
-        typer.Option(
-            "--fail-on-regression",
-            min=0.0,
-            help="Exit 1 when B is worse than A by more than this (e.g. 0.02) and the 95% "
+        options.fail_on_regression(
+            "Exit 1 when B is worse than A by more than this (e.g. 0.02) and the 95% "
             "confidence interval of the difference excludes zero.",
-            show_default=False,
+            min=0.0,
         ),
     ] = None,
-    pass_threshold: Annotated[
-        float | None,
-        typer.Option(
-            "--pass-threshold",
-            help="A rollout passes when reward >= this (default: run A's).",
-            show_default=False,
-        ),
-    ] = None,
+    pass_threshold: Annotated[float | None, options.pass_threshold("default: run A's")] = None,
     resamples: Annotated[
         int, typer.Option("--resamples", min=1, help="Bootstrap resamples for the interval.")
     ] = 2000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
     json_output: Annotated[
-        bool,
-        typer.Option("--json", help="Print the comparison as one JSON document to stdout."),
+        bool, options.json_output("Print the comparison as one JSON document to stdout.")
     ] = False,
     html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html", help="Also write a self-contained HTML diff report here.", show_default=False
-        ),
+        Path | None, options.html("Also write a self-contained HTML diff report here.")
     ] = None,
 ) -> None:
     """Compare run B with run A rollout by rollout: paired deltas, flips, new and fixed errors.
@@ -100,6 +87,7 @@ def run_compare(
 ) -> int:
     """Load both runs, compare, render, write the HTML report; return the exit code."""
     from osmosis_run.cli import render
+    from osmosis_run.cli.report import print_written
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.report import open_run
     from osmosis_run.results.compare import compare_runs, regression_verdict
@@ -116,14 +104,14 @@ def run_compare(
     verdict = None if fail_on_regression is None else regression_verdict(cmp, fail_on_regression)
     _show(cmp, verdict, json_output=json_output)
     if html is not None:
-        from osmosis_run.reports.html_report import write_compare_html
+        from osmosis_run.reports.html_report import save_compare_html
 
         try:
-            write_compare_html(run_a, run_b, html, pass_threshold=pass_threshold)
+            save_compare_html(a, b, html, comparison=cmp)
         except OsmosisRunError as exc:
             render.print_error(exc)
             return exit_codes.USAGE
-        render.err.print(f"osmosis-run: wrote HTML report {html}", markup=False)
+        print_written("HTML", html)
     if verdict is not None and not verdict.held:
         return exit_codes.GATE_FAILED
     return exit_codes.OK

@@ -17,8 +17,6 @@ from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.errors import InfrastructureError
-    from osmosis_run.results.gates import Verdict
-    from osmosis_run.results.rundata import RunData
     from osmosis_run.run.scheduler import RunOutcome, Scheduler
     from osmosis_run.run.settings import EvalSettings
 
@@ -26,6 +24,12 @@ _SELECT = options.SELECTION
 _RUN = "Execution"
 _OUT = "Output"
 _GATES = "Gates and reports"
+# How a finished run ends (osmosis_run.reports.finish.Ending) -> its exit code.
+_EXIT_OF_ENDING = {
+    "ok": exit_codes.OK,
+    "gate_failed": exit_codes.GATE_FAILED,
+    "error_budget": exit_codes.ERROR_BUDGET,
+}
 
 
 def _opt(*names: str, help: str, panel: str = _RUN, **kw: Any) -> Any:  # noqa: A002
@@ -112,17 +116,9 @@ def eval_command(
         bool | None,
         _opt("--no-messages", help="Leave transcripts out of results lines.", panel=_OUT),
     ] = None,
-    group_by: Annotated[
-        str | None,
-        _opt("--group-by", help="Break the summary down by metadata.KEY.", panel=_OUT),
-    ] = None,
+    group_by: Annotated[str | None, options.group_by(panel=_OUT)] = None,
     pass_threshold: Annotated[
-        float | None,
-        _opt(
-            "--pass-threshold",
-            help="A rollout passes when reward >= this (default 1.0).",
-            panel=_GATES,
-        ),
+        float | None, options.pass_threshold("default 1.0", panel=_GATES)
     ] = None,
     fail_under: Annotated[
         list[str] | None,
@@ -138,15 +134,11 @@ def eval_command(
         _opt("--dry-run", help="Load everything and read every row; run nothing (as validate)."),
     ] = None,
     html: Annotated[
-        str | None, _opt("--html", help="Write the HTML report here at the end.", panel=_GATES)
+        str | None, options.html("Write the HTML report here at the end.", panel=_GATES)
     ] = None,
     junit: Annotated[
         str | None,
-        _opt(
-            "--junit",
-            help="Write a JUnit XML report here (one testcase per rollout).",
-            panel=_GATES,
-        ),
+        options.junit("Write a JUnit XML report here (one testcase per rollout).", panel=_GATES),
     ] = None,
     baseline: Annotated[
         str | None,
@@ -156,9 +148,8 @@ def eval_command(
     ] = None,
     fail_on_regression: Annotated[
         float | None,
-        _opt(
-            "--fail-on-regression",
-            help="With --baseline: exit 1 when the mean reward dropped by more than this "
+        options.fail_on_regression(
+            "With --baseline: exit 1 when the mean reward dropped by more than this "
             "and the confidence interval excludes zero.",
             panel=_GATES,
         ),
@@ -189,6 +180,7 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
     """Resolve settings, run, render; return the exit code."""
     from osmosis_run.cli import render
     from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.reports.finish import check_targets
 
     try:
         settings = options.resolve(values, config)
@@ -196,7 +188,7 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
             from osmosis_run.cli.validate import run_validate
 
             return run_validate(settings)
-        _check_outputs(settings)
+        check_targets(settings)
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
@@ -255,43 +247,9 @@ def _say_if_unredacted(settings: EvalSettings) -> None:
     from osmosis_run._redact import MIN_SECRET_LENGTH, Redactor
     from osmosis_run.cli import render
 
-    if Redactor((settings.api_key,)).too_short:
+    key = settings.api_key.get_secret_value() if settings.api_key else None
+    if Redactor((key,)).too_short:
         render.print_unredacted_key(MIN_SECRET_LENGTH)
-
-
-def _check_outputs(settings: EvalSettings) -> None:
-    """Refuse report targets and a baseline that cannot work, before anything runs.
-
-    Raises:
-        ConfigError: ``--html`` or ``--junit`` is a directory, or under a file.
-        RunDirError: ``--baseline`` is not a run directory.
-    """
-    from osmosis_run.errors import ConfigError, RunDirError
-    from osmosis_run.store.layout import RESULTS, RUN_CONFIG
-
-    for option, target in (("--html", settings.html), ("--junit", settings.junit)):
-        if target is None:
-            continue
-        path = Path(target)
-        if path.is_dir():
-            raise ConfigError(
-                f"{option} {target} is a directory; give a file, for example "
-                f"{path / ('report.html' if option == '--html' else 'junit.xml')}"
-            )
-        folder = next((p for p in path.parents if p.exists()), None)
-        if folder is not None and not folder.is_dir():
-            raise ConfigError(f"cannot write {target}: {folder} is a file; choose another path")
-    if settings.baseline is not None:
-        base = Path(settings.baseline)
-        if not base.exists():
-            raise RunDirError(
-                f"--baseline {base} does not exist; give the directory `osmosis-run eval` printed"
-            )
-        if not (base / RESULTS).is_file() and not (base / RUN_CONFIG).is_file():
-            raise RunDirError(
-                f"--baseline {base} is not an osmosis-run run directory (no results.jsonl); "
-                "give the directory `osmosis-run eval` printed"
-            )
 
 
 @contextlib.contextmanager
@@ -398,8 +356,9 @@ async def _run_with_signals(runner: Scheduler, reporter: Any) -> RunOutcome:
 
 def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     from osmosis_run.cli import render
+    from osmosis_run.cli.report import print_written
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
-    from osmosis_run.results.gates import check_error_budget, check_gates
+    from osmosis_run.reports.finish import finish_run
 
     render.print_summary(outcome)
     if outcome.abandoned:
@@ -417,70 +376,16 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
     if outcome.interrupted:
         render.print_resume_hint(outcome.run_dir)
         return exit_codes.INTERRUPTED
-    budget = check_error_budget(outcome.summary, settings.max_error_rate)
-    gates = check_gates(outcome.summary, settings.fail_under)
     try:
-        run = _finished_run(settings, outcome)
-        regression = _baseline_verdicts(settings, run)
-        verdicts = [*gates, *regression, budget]
-        _write_reports(settings, outcome, run, verdicts)
+        finish = finish_run(
+            settings,
+            outcome.summary,
+            outcome.run_dir,
+            on_comparison=render.print_comparison,
+            on_written=print_written,
+        )
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
-    render.print_verdicts(verdicts)
-    if not budget.held:
-        return exit_codes.ERROR_BUDGET
-    if not all(v.held for v in (*gates, *regression)):
-        return exit_codes.GATE_FAILED
-    return exit_codes.OK
-
-
-def _finished_run(settings: EvalSettings, outcome: RunOutcome) -> RunData | None:
-    """The run read back once, for whichever of --baseline, --junit and --html need it."""
-    if settings.baseline is None and settings.junit is None and settings.html is None:
-        return None
-    from osmosis_run.reports.report import open_run
-
-    return open_run(
-        outcome.run_dir, pass_threshold=settings.pass_threshold, group_by=settings.group_by
-    )
-
-
-def _baseline_verdicts(settings: EvalSettings, run: RunData | None) -> list[Verdict]:
-    """``--baseline``: compare this run with an earlier one, as ``osmosis-run compare`` does."""
-    if settings.baseline is None or run is None:
-        return []
-    from osmosis_run.cli import render
-    from osmosis_run.reports.report import open_run
-    from osmosis_run.results.compare import compare_runs, regression_verdict
-
-    comparison = compare_runs(
-        open_run(Path(settings.baseline)), run, pass_threshold=settings.pass_threshold
-    )
-    render.print_comparison(comparison)
-    if settings.fail_on_regression is None:
-        return []
-    return [regression_verdict(comparison, settings.fail_on_regression)]
-
-
-def _write_reports(
-    settings: EvalSettings, outcome: RunOutcome, run: RunData | None, verdicts: list[Verdict]
-) -> None:
-    """--junit, --html and the GitHub step summary, from the finished run."""
-    from osmosis_run.cli import render
-    from osmosis_run.reports.step_summary import append_step_summary, markdown_summary
-
-    if settings.junit is not None and run is not None:
-        from osmosis_run.reports.junit import write_junit
-
-        write_junit(run.lines, outcome.summary, Path(settings.junit), suite_name=run.run_dir.name)
-        render.err.print(f"osmosis-run: wrote JUnit report {settings.junit}", markup=False)
-    if settings.html is not None and run is not None:
-        from osmosis_run.reports.html_report import save_run_html
-
-        save_run_html(run, Path(settings.html))
-        render.err.print(f"osmosis-run: wrote HTML report {settings.html}", markup=False)
-    title = f"osmosis-run eval: {outcome.run_dir.name}"
-    append_step_summary(
-        markdown_summary(outcome.summary, verdicts, run_dir=outcome.run_dir, title=title)
-    )
+    render.print_verdicts(finish.verdicts)
+    return _EXIT_OF_ENDING[finish.ending]

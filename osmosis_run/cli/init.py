@@ -16,11 +16,12 @@ import re
 from importlib import resources
 from pathlib import Path
 from string import Template
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from osmosis_run.cli import exit_codes
+from osmosis_run.cli.options import opt
 from osmosis_run.errors import ConfigError
 
 # What init writes -> the template it comes from.
@@ -34,10 +35,6 @@ FILES = {
 }
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
-
-
-def _opt(*names: str, help: str) -> Any:  # noqa: A002
-    return typer.Option(*names, help=help, show_default=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -55,11 +52,11 @@ def init_command(
         ),
     ],
     directory: Annotated[
-        Path | None, _opt("--dir", help="Folder to write the project into (default ./NAME).")
+        Path | None, opt("--dir", help="Folder to write the project into (default ./NAME).")
     ] = None,
     force: Annotated[
         bool,
-        _opt(
+        opt(
             "--force",
             help="Write into a folder that is not empty, replacing files of the same names.",
         ),

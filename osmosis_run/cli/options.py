@@ -52,6 +52,43 @@ Shard = Annotated[
 ]
 
 
+# Options of the commands that read runs (eval, report, compare): the same name, type and
+# sentence everywhere; each command says what the option defaults to, or what the file holds.
+
+
+def pass_threshold(default: str, *, panel: str | None = None) -> Any:
+    """``--pass-threshold``; ``default`` is the parenthesis, e.g. ``"default 1.0"``."""
+    return opt(
+        "--pass-threshold", help=f"A rollout passes when reward >= this ({default}).", panel=panel
+    )
+
+
+def group_by(default: str | None = None, *, panel: str | None = None) -> Any:
+    """``--group-by``, with what it defaults to (if anything)."""
+    tail = f" ({default})" if default else ""
+    return opt("--group-by", help=f"Break the summary down by metadata.KEY{tail}.", panel=panel)
+
+
+def html(what: str, *, panel: str | None = None) -> Any:
+    """``--html``: ``what`` is the sentence that says which report is written."""
+    return opt("--html", help=what, panel=panel)
+
+
+def junit(what: str, *, panel: str | None = None) -> Any:
+    """``--junit``: ``what`` is the sentence that says when the report is written."""
+    return opt("--junit", help=what, panel=panel)
+
+
+def json_output(what: str) -> Any:
+    """``--json``: ``what`` says which document goes to stdout."""
+    return opt("--json", help=what)
+
+
+def fail_on_regression(what: str, *, panel: str | None = None, **kw: Any) -> Any:
+    """``--fail-on-regression``: ``what`` says what a regression is."""
+    return opt("--fail-on-regression", help=what, panel=panel, **kw)
+
+
 def resolve(values: dict[str, Any], config: Path | None) -> EvalSettings:
     """A command's settings: every source merged; the cwd and the config's folder importable.
 

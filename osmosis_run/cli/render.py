@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from osmosis_run.results import outcome
+
 if TYPE_CHECKING:
     from osmosis_run.results.gates import Verdict
     from osmosis_run.results.records import ResultLine, Summary
@@ -184,7 +186,7 @@ class Reporter:
     def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
         """Count one finished rollout (and stream it with --jsonl)."""
         self.done += 1
-        if line.status in ("failure", "timeout", "invalid"):
+        if outcome.is_error(line.status):
             self.errors += 1
         if line.reward is not None:
             self.rewarded += 1

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from osmosis_run.cli import exit_codes
+from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.reports.report import FailureCategory, RunReport, SlowRollout
-    from osmosis_run.results.rundata import RunData
 
 SHOWN_IDS = 5
 MESSAGE_CHARS = 160
@@ -33,44 +32,22 @@ def report_command(
         ),
     ],
     json_output: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Print one JSON document to stdout (summary, failures, slowest)."
-        ),
+        bool, options.json_output("Print one JSON document to stdout (summary, failures, slowest).")
     ] = False,
     pass_threshold: Annotated[
-        float | None,
-        typer.Option(
-            "--pass-threshold",
-            help="A rollout passes when reward >= this (default: the run's own).",
-            show_default=False,
-        ),
+        float | None, options.pass_threshold("default: the run's own")
     ] = None,
-    group_by: Annotated[
-        str | None,
-        typer.Option(
-            "--group-by",
-            help="Break the summary down by metadata.KEY (default: the run's own).",
-            show_default=False,
-        ),
-    ] = None,
+    group_by: Annotated[str | None, options.group_by("default: the run's own")] = None,
     top: Annotated[
         int,
         typer.Option("--top", min=0, help="How many of the slowest rollouts to show."),
     ] = 10,
     junit: Annotated[
         Path | None,
-        typer.Option(
-            "--junit",
-            help="Also write a JUnit XML report here: one testcase per rollout.",
-            show_default=False,
-        ),
+        options.junit("Also write a JUnit XML report here: one testcase per rollout."),
     ] = None,
     html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html", help="Also write a self-contained HTML report here.", show_default=False
-        ),
+        Path | None, options.html("Also write a self-contained HTML report here.")
     ] = None,
 ) -> None:
     """Summarise a run directory: metrics, failures by category, the slowest rollouts.
@@ -103,6 +80,7 @@ def run_report(
     """Load, render and write the report files; return the exit code."""
     from osmosis_run.cli import render
     from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.reports.finish import write_report_files
     from osmosis_run.reports.report import build_report, open_run
 
     try:
@@ -116,31 +94,18 @@ def run_report(
     else:
         print_report(document)
     try:
-        _write_files(run, junit=junit, html=html)
+        write_report_files(run, junit=junit, html=html, on_written=print_written)
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
     return exit_codes.OK
 
 
-def _write_files(run: RunData, *, junit: Path | None, html: Path | None) -> None:
+def print_written(kind: str, target: object) -> None:
+    """Say that a report file was written (stderr)."""
     from osmosis_run.cli.render import err
 
-    if junit is not None:
-        from osmosis_run.reports.junit import write_junit
-
-        write_junit(run.lines, run.summary, junit, suite_name=run.run_dir.name)
-        err.print(f"osmosis-run: wrote JUnit report {junit}", markup=False)
-    if html is not None:
-        from osmosis_run.reports.html_report import write_run_html
-
-        write_run_html(
-            run.run_dir,
-            html,
-            pass_threshold=run.summary.pass_threshold,
-            group_by=run.summary.group_by,
-        )
-        err.print(f"osmosis-run: wrote HTML report {html}", markup=False)
+    err.print(f"osmosis-run: wrote {kind} report {target}", markup=False)
 
 
 def print_report(document: RunReport) -> None:

@@ -4,9 +4,12 @@
 grader latency, the pass@k curve when rows were sampled two or more times, counts by status and
 error category, and a table of rollouts that can be filtered, sorted and paged; clicking a
 rollout shows its transcript, reward, error message and traceback, and links to its files.
-``render_compare_html(a, b)`` draws two runs paired by rollout id: both runs' numbers and their
-deltas, paired reward deltas, and the rows that flipped (pass -> fail, fail -> pass) with both
-transcripts side by side. ``write_run_html`` and ``write_compare_html`` write the file with links
+``render_compare_html(a, b, comparison=...)`` draws two runs paired by rollout id: the numbers of
+``osmosis-run compare`` (the ``Comparison`` that ``compare_runs`` returns, rendered, not computed
+again: the same deltas, row-bootstrap intervals, pairing counts and flips), both runs' own
+numbers, paired reward deltas, and the rows that flipped (pass -> fail, fail -> pass) with both
+transcripts side by side. ``save_run_html`` and ``save_compare_html`` write the page of runs
+already loaded (``write_run_html`` and ``write_compare_html`` load them first), with links
 relative to where it is written, so they work when the HTML sits in or next to the run directory.
 
 The page embeds its data once, as JSON in a ``<script type="application/json">`` block (every
@@ -50,7 +53,9 @@ from urllib.parse import quote
 
 from osmosis_run import __version__
 from osmosis_run.errors import ConfigError
-from osmosis_run.results.records import ERROR_STATUSES, STATUSES, ResultLine
+from osmosis_run.results import outcome
+from osmosis_run.results.compare import Comparison, Delta, compare_runs
+from osmosis_run.results.records import STATUSES, ResultLine
 from osmosis_run.results.rundata import RunData
 from osmosis_run.store.layout import ROLLOUTS
 from osmosis_run.store.rundata import load_run
@@ -58,6 +63,7 @@ from osmosis_run.store.rundata import load_run
 __all__ = [
     "render_compare_html",
     "render_run_html",
+    "save_compare_html",
     "save_run_html",
     "write_compare_html",
     "write_run_html",
@@ -88,7 +94,7 @@ def render_run_html(run: RunData, *, html_dir: Path | None = None) -> str:
             files; by default the run directory itself.
     """
     base = _link_base(run.run_dir, html_dir if html_dir is not None else run.run_dir)
-    rollouts = _rollouts(run)
+    rollouts = _rollouts(run, run.summary.pass_threshold)
     embedding = _embed(rollouts, lambda r: 0 if r.failing else None)
     payload = {
         "kind": "run",
@@ -125,24 +131,34 @@ def save_run_html(run: RunData, out: Path) -> Path:
     return _write(out, render_run_html(run, html_dir=out.parent))
 
 
-def render_compare_html(a: RunData, b: RunData, *, html_dir: Path | None = None) -> str:
+def render_compare_html(
+    a: RunData,
+    b: RunData,
+    *,
+    comparison: Comparison | None = None,
+    html_dir: Path | None = None,
+) -> str:
     """Render a comparison of run ``a`` (before) and run ``b`` (after), paired by rollout id.
 
     Args:
         a: the baseline run.
         b: the candidate run.
+        comparison: ``compare_runs(a, b, ...)``, whose numbers the page shows (and whose pass
+            threshold judges both runs' rollouts); by default ``compare_runs(a, b)``.
         html_dir: the folder the page will be saved in, for relative links; by default the
             folder that holds both run directories.
     """
+    cmp = comparison if comparison is not None else compare_runs(a, b)
     where = html_dir if html_dir is not None else _common_dir(a.run_dir, b.run_dir)
-    rows_a = {r.row["i"]: r for r in _rollouts(a)}
-    rows_b = {r.row["i"]: r for r in _rollouts(b)}
-    pairs = _pairs(rows_a, rows_b)
+    rows_a = {r.row["i"]: r for r in _rollouts(a, cmp.pass_threshold)}
+    rows_b = {r.row["i"]: r for r in _rollouts(b, cmp.pass_threshold)}
+    pairs = _pairs(rows_a, rows_b, _flips(cmp))
     embedding = _embed([*rows_a.values(), *rows_b.values()], lambda r: r.compare_priority)
     payload = {
         "kind": "compare",
         "a": {**_run_info(a, _link_base(a.run_dir, where)), "summary": _dump(a)},
         "b": {**_run_info(b, _link_base(b.run_dir, where)), "summary": _dump(b)},
+        "comparison": _comparison(cmp),
         "paired": _paired_stats(pairs),
         "pairs": [p.row for p in pairs],
         "limits": embedding,
@@ -155,14 +171,29 @@ def write_compare_html(
 ) -> Path:
     """Write the comparison of the runs in ``run_a`` and ``run_b`` to ``out`` and return ``out``.
 
-    ``pass_threshold`` overrides both runs' own, as in ``load_run``.
+    ``pass_threshold`` overrides both runs' own, as in ``load_run`` and ``compare_runs``.
 
     Raises:
         RunDirError: either directory is not a run directory.
     """
     a = load_run(run_a, pass_threshold=pass_threshold)
     b = load_run(run_b, pass_threshold=pass_threshold)
-    return _write(out, render_compare_html(a, b, html_dir=out.parent))
+    return save_compare_html(
+        a, b, out, comparison=compare_runs(a, b, pass_threshold=pass_threshold)
+    )
+
+
+def save_compare_html(
+    a: RunData, b: RunData, out: Path, *, comparison: Comparison | None = None
+) -> Path:
+    """Write the comparison of runs already loaded to ``out`` and return ``out``.
+
+    ``comparison`` is what ``compare_runs(a, b, ...)`` returned, as in ``render_compare_html``.
+
+    Raises:
+        ConfigError: ``out`` cannot be written.
+    """
+    return _write(out, render_compare_html(a, b, comparison=comparison, html_dir=out.parent))
 
 
 # -- the page ---------------------------------------------------------------------------------
@@ -172,7 +203,12 @@ def _page(title: str, payload: dict[str, Any]) -> str:
     assets = resources.files("osmosis_run.reports") / "html"
     script = assets.joinpath("report.js").read_text(encoding="utf-8")
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    payload = {**payload, "version": __version__, "generated_at": time.time()}
+    payload = {
+        **payload,
+        "statuses": list(STATUSES),
+        "version": __version__,
+        "generated_at": time.time(),
+    }
     values = {
         "title": html.escape(title),
         "version": html.escape(__version__),
@@ -275,15 +311,14 @@ class _Rollout:
     compare_priority: int | None = None
 
 
-def _rollouts(run: RunData) -> list[_Rollout]:
-    threshold = run.summary.pass_threshold
+def _rollouts(run: RunData, threshold: float) -> list[_Rollout]:
     lines = sorted(run.lines, key=lambda line: (line.row_index, line.sample_index, line.rollout_id))
     rollouts = os.path.join(run.run_dir, ROLLOUTS)
     return [_rollout(line, threshold, os.path.join(rollouts, line.rollout_id)) for line in lines]
 
 
 def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
-    passed = _passed(line, threshold)
+    passed = outcome.passed(line.status, line.reward, threshold)
     row: dict[str, Any] = {
         "i": line.rollout_id,
         "r": line.row_index,
@@ -307,19 +342,13 @@ def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
     row.update({key: value for key, value in optional.items() if value is not None})
     row.update(_files(where))
     messages = line.messages
-    if line.status in ERROR_STATUSES or line.error_message is not None:
+    if outcome.is_error(line.status) or line.error_message is not None:
         details = _error_details(os.path.join(where, "result.json"))
         row.update({k: v for k, v in details.items() if k != "prompt"})
         if messages is None and details.get("prompt"):
             messages, row["tp"] = details["prompt"], True
     transcript, size = _transcript(messages) if messages is not None else (None, 0)
     return _Rollout(row, transcript, size, failing=passed is False)
-
-
-def _passed(line: ResultLine, threshold: float) -> bool | None:
-    if line.reward is not None:
-        return line.reward >= threshold
-    return False if line.status in ERROR_STATUSES else None
 
 
 def _finite(value: float | None) -> float | None:
@@ -628,22 +657,27 @@ _OUTCOMES = ("pass", "fail", "error", "none")
 def _outcome(row: dict[str, Any] | None) -> str:
     if row is None:
         return "missing"
-    if row["st"] in ERROR_STATUSES:
+    if outcome.is_error(row["st"]):
         return "error"
     passed = row.get("p")
     return "none" if passed is None else ("pass" if passed else "fail")
 
 
 def _scored_reward(row: dict[str, Any] | None) -> float | None:
-    """The reward as the summary's "reward (all)" counts it: failures count 0."""
+    """The rollout's score by the outcome rule, as compare counts it: failures count 0."""
     if row is None:
         return None
-    if "rw" in row:
-        return float(row["rw"])
-    return 0.0 if row["st"] in ERROR_STATUSES else None
+    return outcome.score(row["st"], row.get("rw"))
 
 
-def _pairs(rows_a: dict[str, _Rollout], rows_b: dict[str, _Rollout]) -> list[_Pair]:
+def _flips(cmp: Comparison) -> dict[str, str]:
+    """The comparison's flipped rollouts: rollout id -> "pf" (pass -> fail) or "fp"."""
+    return dict.fromkeys(cmp.pass_to_fail, "pf") | dict.fromkeys(cmp.fail_to_pass, "fp")
+
+
+def _pairs(
+    rows_a: dict[str, _Rollout], rows_b: dict[str, _Rollout], flips: dict[str, str]
+) -> list[_Pair]:
     def order(key: str) -> tuple[int, int, str]:
         row = (rows_a.get(key) or rows_b[key]).row
         return row["r"], row["s"], key
@@ -655,7 +689,7 @@ def _pairs(rows_a: dict[str, _Rollout], rows_b: dict[str, _Rollout]) -> list[_Pa
             (rows_a[key].row if key in rows_a else None),
             (rows_b[key].row if key in rows_b else None),
         )
-        kind = _kind(a, b)
+        kind = _kind(a, b, flips.get(key))
         wa, wb = _scored_reward(a), _scored_reward(b)
         delta = wb - wa if wa is not None and wb is not None else None
         row: dict[str, Any] = {"i": key, "k": kind, "A": a, "B": b}
@@ -670,17 +704,15 @@ def _pairs(rows_a: dict[str, _Rollout], rows_b: dict[str, _Rollout]) -> list[_Pa
     return pairs
 
 
-def _kind(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
-    """pf/fp: flipped pass->fail or fail->pass; pp/ff: same; oa/ob: only in A/B; na: other."""
+def _kind(a: dict[str, Any] | None, b: dict[str, Any] | None, flip: str | None) -> str:
+    """pf/fp: flipped (the comparison's flips); pp/ff: same; oa/ob: only in A/B; na: other."""
     if a is None:
         return "ob"
     if b is None:
         return "oa"
+    if flip is not None:
+        return flip
     pa, pb = a.get("p"), b.get("p")
-    if pa is True and pb is False:
-        return "pf"
-    if pa is False and pb is True:
-        return "fp"
     if pa is True and pb is True:
         return "pp"
     if pa is False and pb is False:
@@ -703,25 +735,36 @@ def _paired_stats(pairs: list[_Pair]) -> dict[str, Any]:
         "matrix": [[matrix[(x, y)] for y in _OUTCOMES] for x in _OUTCOMES],
         "delta_hist": _delta_histogram(deltas),
     }
-    stats.update(_mean_delta(pairs, deltas))
     return stats
 
 
-def _mean_delta(pairs: list[_Pair], deltas: list[float]) -> dict[str, Any]:
-    if not deltas:
-        return {}
-    scored = [p for p in pairs if p.delta is not None]
-    mean_a = sum(_scored_reward(p.row["A"]) or 0.0 for p in scored) / len(scored)
-    mean_b = sum(_scored_reward(p.row["B"]) or 0.0 for p in scored) / len(scored)
-    mean = sum(deltas) / len(deltas)
-    out: dict[str, Any] = {"mean_a": mean_a, "mean_b": mean_b, "mean_delta": mean}
-    if len(deltas) >= 2:
-        variance = sum((d - mean) ** 2 for d in deltas) / (len(deltas) - 1)
-        out["se"] = math.sqrt(variance / len(deltas))
-    pass_a = sum(p.row["A"].get("p") is True for p in scored) / len(scored)
-    pass_b = sum(p.row["B"].get("p") is True for p in scored) / len(scored)
-    out.update(pass_a=pass_a, pass_b=pass_b)
-    return out
+# The comparison's lists of rollouts: the page has them in its pairs, so it embeds only counts.
+_LISTED = ("pass_to_fail", "fail_to_pass", "new_errors", "fixed_errors")
+
+
+def _comparison(cmp: Comparison) -> dict[str, Any]:
+    """The comparison as ``compare --json`` reports it, its lists as counts, and its text.
+
+    The text is formatted here, as the ``compare`` table prints it, rather than in the page's
+    script: JavaScript rounds some ties differently, and the page must show the same digits.
+    """
+    data = cmp.model_dump(mode="json", exclude={"run_a", "run_b", *_LISTED})
+    data["counts"] = {name: len(getattr(cmp, name)) for name in _LISTED}
+    data["text"] = {
+        "mean": _delta_text(cmp.mean, ".3f"),
+        "pass_rate": _delta_text(cmp.pass_rate, ".1%"),
+    }
+    return data
+
+
+def _delta_text(delta: Delta, spec: str) -> dict[str, str]:
+    """A, B, B - A and the interval, in ``spec``, as ``osmosis-run compare`` prints them."""
+
+    def shown(value: float | None, sign: str = "") -> str:
+        return "-" if value is None else format(value, sign + spec)
+
+    ci = "-" if delta.ci is None else f"[{shown(delta.ci.low, '+')}, {shown(delta.ci.high, '+')}]"
+    return {"a": shown(delta.a), "b": shown(delta.b), "delta": shown(delta.delta, "+"), "ci": ci}
 
 
 def _delta_histogram(deltas: list[float]) -> dict[str, Any] | None:

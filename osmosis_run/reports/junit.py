@@ -3,7 +3,7 @@
 One ``<testcase>`` per rollout (classname: the row, name: the rollout id). A rollout whose reward
 is below the pass threshold is a ``<failure>``; a failed, timed-out or invalid rollout is an
 ``<error>`` (the workflow or grader broke, which is not the same as a low score); an ungraded or
-removed rollout is ``<skipped/>``.
+removed rollout, which has no score, is ``<skipped/>`` (the outcome rule, ``results.outcome``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from osmosis_run.errors import ConfigError
-from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
+from osmosis_run.results import outcome
+from osmosis_run.results.records import ResultLine, Summary
 
 __all__ = ["write_junit"]
 
@@ -82,7 +83,7 @@ def _testcase(suite: ET.Element, line: ResultLine, threshold: float) -> tuple[st
         name=_clean(line.rollout_id),
         time=f"{seconds:.3f}",
     )
-    if line.status in ERROR_STATUSES:
+    if outcome.is_error(line.status):
         message = _clean(line.error_message or line.status)
         error = ET.SubElement(
             case,
@@ -92,13 +93,12 @@ def _testcase(suite: ET.Element, line: ResultLine, threshold: float) -> tuple[st
         )
         error.text = message
         return "errors", seconds
-    if line.reward is None:
+    reward = outcome.score(line.status, line.reward)
+    if reward is None:
         ET.SubElement(case, "skipped", message=line.status)
         return "skipped", seconds
-    if line.reward < threshold:
-        ET.SubElement(
-            case, "failure", type="reward", message=f"reward {line.reward!r} < {threshold!r}"
-        )
+    if not outcome.passed(line.status, reward, threshold):
+        ET.SubElement(case, "failure", type="reward", message=f"reward {reward!r} < {threshold!r}")
         return "failures", seconds
     return None, seconds
 
@@ -106,8 +106,7 @@ def _testcase(suite: ET.Element, line: ResultLine, threshold: float) -> tuple[st
 def _classname(line: ResultLine) -> str:
     if line.row_id is not None:
         return str(line.row_id)
-    row, dot_s, sample = line.rollout_id.rpartition(".s")
-    return row if dot_s and sample.isdigit() else line.rollout_id
+    return outcome.split_rollout_id(line.rollout_id)[0]
 
 
 def _clean(text: str) -> str:

@@ -16,7 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from osmosis_run.errors import ConfigError, RunDirError
-from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
+from osmosis_run.results import outcome
+from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.results.rundata import RunData
 from osmosis_run.store.rundata import load_run
 
@@ -158,7 +159,7 @@ def failure_categories(
     messages: defaultdict[str, dict[str, list[str]]] = defaultdict(dict)
     totals: defaultdict[tuple[str, str], int] = defaultdict(int)
     for line in lines:
-        if line.status not in ERROR_STATUSES:
+        if not outcome.is_error(line.status):
             continue
         category = line.error_category or line.status
         message = line.error_message or ""

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from osmosis_run.errors import ConfigError
+from osmosis_run.results import outcome
 from osmosis_run.results.gates import Verdict
 from osmosis_run.results.records import Distribution, Summary, count_rows
 
@@ -69,10 +70,10 @@ def append_step_summary(text: str, environ: Mapping[str, str] = os.environ) -> b
 def _status_line(summary: Summary, verdicts: Sequence[Verdict], run_dir: Path) -> str:
     if summary.interrupted:
         state = "interrupted"
-    elif summary.planned is not None and summary.rollouts < summary.planned:
-        state = "incomplete"
-    else:
+    elif outcome.is_complete(summary.rollouts, summary.planned, summary.interrupted):
         state = "finished"
+    else:
+        state = "incomplete"
     line = f"Run `{_code(str(run_dir))}`: {state}"
     if verdicts:
         held = all(verdict.held for verdict in verdicts)

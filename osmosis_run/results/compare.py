@@ -1,8 +1,9 @@
 """Compare two runs rollout by rollout: paired deltas, a bootstrap interval, flips and errors.
 
 Rollouts are paired by ``rollout_id`` (row and sample index). A pair counts when both sides are
-scored: a graded rollout scores its reward, a failed, timed-out or invalid one scores 0 and does
-not pass; ungraded and removed rollouts have no score and are left out (``unscored``).
+scored by the outcome rule (``results.outcome``): a graded rollout scores its reward, a failed,
+timed-out or invalid one scores 0 and does not pass; ungraded and removed rollouts have no score
+and are left out (``unscored``).
 
 The 95% interval of each delta (B - A) comes from a seeded paired bootstrap that resamples
 *rows*, not rollouts: the samples of one row are drawn together, so a multi-sample run is not
@@ -28,8 +29,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from osmosis_run.results import outcome
 from osmosis_run.results.gates import Verdict
-from osmosis_run.results.records import ERROR_STATUSES, ResultLine
+from osmosis_run.results.records import ResultLine
 from osmosis_run.results.rundata import RunData
 
 __all__ = [
@@ -125,8 +127,7 @@ class _Score:
 
 def row_key(rollout_id: str) -> str:
     """The row part of a rollout id (``<row>.s<k>`` -> ``<row>``): the bootstrap's cluster."""
-    row, dot_s, sample = rollout_id.rpartition(".s")
-    return row if dot_s and sample.isdigit() else rollout_id
+    return outcome.split_rollout_id(rollout_id)[0]
 
 
 def compare_runs(
@@ -216,11 +217,10 @@ class _Document(Comparison):
 
 
 def _score(line: ResultLine, threshold: float) -> _Score | None:
-    if line.reward is not None:
-        return _Score(reward=line.reward, passed=line.reward >= threshold)
-    if line.status in ERROR_STATUSES:
-        return _Score(reward=0.0, passed=False)
-    return None
+    reward = outcome.score(line.status, line.reward)
+    if reward is None:
+        return None
+    return _Score(reward=reward, passed=outcome.passed(line.status, line.reward, threshold) is True)
 
 
 def _error_changes(
@@ -229,7 +229,7 @@ def _error_changes(
     changes = []
     for rollout_id in common:
         line = failing[rollout_id]
-        if line.status in ERROR_STATUSES and other[rollout_id].status not in ERROR_STATUSES:
+        if outcome.is_error(line.status) and not outcome.is_error(other[rollout_id].status):
             changes.append(
                 ErrorChange(
                     rollout_id=rollout_id,

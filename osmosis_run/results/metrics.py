@@ -12,8 +12,8 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 
+from osmosis_run.results import outcome
 from osmosis_run.results.records import (
-    ERROR_STATUSES,
     Distribution,
     ErrorExample,
     GroupSummary,
@@ -125,7 +125,7 @@ class MetricsAccumulator:
 
     Denominators: "graded" counts rollouts with a reward; "all" (and the pass rate) counts every
     attempted rollout, a failed, timed-out or invalid one scoring 0; ungraded and removed
-    rollouts have no reward by design and are in neither.
+    rollouts have no reward by design and are in neither (``outcome.score``).
     """
 
     def __init__(
@@ -148,24 +148,24 @@ class MetricsAccumulator:
     def add(self, line: ResultLine) -> None:
         """Count one finished rollout."""
         self.counts[line.status] += 1
-        is_error = line.status in ERROR_STATUSES
+        is_error = outcome.is_error(line.status)
         if is_error:
             self._add_error(line)
         if line.workflow_ms is not None:
             self.workflow_ms.add(line.workflow_ms)
         if line.grader_ms is not None:
             self.grader_ms.add(line.grader_ms)
-        scored = line.reward is not None or is_error
-        if not scored:
+        reward = outcome.score(line.status, line.reward)
+        if reward is None:
             return
-        reward = line.reward if line.reward is not None else 0.0
-        passed = line.reward is not None and line.reward >= self.pass_threshold
-        if line.reward is not None:
-            self.reward_graded.add(line.reward)
+        passed = outcome.passed(line.status, line.reward, self.pass_threshold) is True
+        if not is_error:
+            self.reward_graded.add(reward)
         self.reward_all.add(reward)
         self.passed += passed
         if self.samples >= 2:
-            tally = self.per_row.setdefault(line.rollout_id.rpartition(".s")[0], [0, 0])
+            row, _ = outcome.split_rollout_id(line.rollout_id)
+            tally = self.per_row.setdefault(row, [0, 0])
             tally[0] += 1
             tally[1] += passed
         if self.group_by is not None:
@@ -193,16 +193,26 @@ class MetricsAccumulator:
         group.passed += passed
         group.reward_sum += reward
 
-    def summary(self, *, planned: int | None = None, wall_s: float | None = None) -> Summary:
-        """The summary of everything added so far."""
+    def summary(
+        self, *, planned: int | None = None, wall_s: float | None = None, interrupted: bool = False
+    ) -> Summary:
+        """The summary of everything added so far.
+
+        Args:
+            planned: the rollouts the run planned (None: unknown, a streamed dataset).
+            wall_s: the run's wall time so far.
+            interrupted: whether the run was stopped before it ran out of work; with
+                ``planned`` it decides ``complete`` (``outcome.is_complete``).
+        """
         rollouts = sum(self.counts.values())
-        errors = sum(self.counts[s] for s in ERROR_STATUSES)
+        errors = sum(self.counts[s] for s in outcome.ERROR_STATUSES)
         scored = self.reward_all.count
         at_k, hat_k = self._k_curves()
         return Summary(
             rollouts=rollouts,
             planned=planned,
-            complete=planned is not None and rollouts >= planned,
+            complete=outcome.is_complete(rollouts, planned, interrupted),
+            interrupted=interrupted,
             counts={status: self.counts[status] for status in sorted(self.counts)},
             error_categories=dict(sorted(self.categories.items())),
             errors=errors,

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from osmosis_run.results.outcome import ERROR_STATUSES
+
 __all__ = [
     "ERROR_STATUSES",
     "STATUSES",
@@ -33,8 +35,8 @@ STATUSES: tuple[RolloutState, ...] = (
     "timeout",
     "invalid",
 )
-# The statuses that count against the error budget (--max-error-rate).
-ERROR_STATUSES: frozenset[str] = frozenset({"failure", "timeout", "invalid"})
+# ERROR_STATUSES (the statuses that count against --max-error-rate) is the outcome rule's,
+# re-exported here beside the statuses themselves.
 
 
 class ResultLine(BaseModel):

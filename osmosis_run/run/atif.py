@@ -35,6 +35,11 @@ _AGENT_ONLY_MOVED = ("tool_calls", "reasoning_content")
 _TIMESTAMP_KEYS = ("created_at", "timestamp", "completed_at")
 # Keys ending trajectory steps, after which a late "observation" is placed (model field order).
 _AFTER_OBSERVATION = ("metrics", "is_copied_context", "llm_call_count", "extra")
+# Every key the conversion reads besides "role" and "content": a dict message with none of them,
+# a known role and string content (the usual chat message) is just its source and its text.
+_READ = frozenset(
+    {"tool_calls", "reasoning_content", "model", "model_name", "extra", "usage", *_TIMESTAMP_KEYS}
+)
 
 Step = dict[str, Any]
 
@@ -75,9 +80,9 @@ def trajectory_from_messages(
     osmosis["label"] = _json_safe(label)
     osmosis["reward"] = _json_safe(reward)
     # Empty mappings are dropped too, as in the SDK's own trajectories.
-    osmosis["sample_metrics"] = _json_safe(sample_metrics) or None
-    osmosis["sample_extra_fields"] = _json_safe(sample_extra_fields) or None
-    osmosis["request_metadata"] = _json_safe(request_metadata) or None
+    osmosis["sample_metrics"] = _mapping(sample_metrics)
+    osmosis["sample_extra_fields"] = _mapping(sample_extra_fields)
+    osmosis["request_metadata"] = _mapping(request_metadata)
     return {
         "schema_version": SCHEMA_VERSION,
         "session_id": rollout_id,
@@ -87,6 +92,13 @@ def trajectory_from_messages(
         "final_metrics": {"total_steps": len(steps)},
         "extra": {"osmosis": {key: value for key, value in osmosis.items() if value is not None}},
     }
+
+
+def _mapping(value: Any) -> Any:
+    """A JSON-safe copy of ``value``; None when it is empty (``{}``) or None."""
+    if value is None or (type(value) is dict and not value):
+        return None
+    return _json_safe(value) or None
 
 
 def dumps_trajectory(doc: dict[str, Any]) -> str:
@@ -99,6 +111,16 @@ def _steps(messages: Sequence[Mapping[str, Any]]) -> list[Step]:
     last_agent: Step | None = None
     for message in messages:
         role = message.get("role")
+        # The usual chat message, inline (this runs per message per rollout): the same step the
+        # general path below builds for it.
+        if type(message) is dict and type(role) is str and message.keys().isdisjoint(_READ):
+            source, content = _SOURCES.get(role), message.get("content")
+            if source is not None and type(content) is str:
+                step = {"step_id": len(steps) + 1, "source": source, "message": content}
+                if source == "agent":
+                    last_agent = step
+                steps.append(step)
+                continue
         if role in _TOOL_ROLES and last_agent is not None:
             _add_result(last_agent, message)
             continue

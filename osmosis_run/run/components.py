@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from osmosis_run.errors import ConfigError, DatasetError
 from osmosis_run.run.dataset import is_stream
-from osmosis_run.run.selection import Selection, parse_rows_spec, parse_shard
+from osmosis_run.run.selection import Selection
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.sdk.loading import load_class, load_instance
 from osmosis_run.sdk.types import AgentWorkflowConfig, BaseConfig, GraderConfig
@@ -156,18 +156,14 @@ def load_config(
 
 
 def selection_of(settings: EvalSettings) -> Selection:
-    """The row selection of the settings.
-
-    Raises:
-        ConfigError: ``--rows`` or ``--shard`` is malformed.
-    """
+    """The row selection of the settings (``--rows`` and ``--shard`` are parsed already)."""
     s = settings
     return Selection(
         offset=s.offset,
         limit=s.limit,
-        rows=parse_rows_spec(s.rows) if s.rows else None,
+        rows=s.rows,
         ids=frozenset(s.ids) if s.ids is not None else None,
-        shard=parse_shard(s.shard) if s.shard else None,
+        shard=s.shard,
         shuffle=s.shuffle,
         seed=s.seed,
     )

@@ -16,7 +16,7 @@ from typing import Any
 from osmosis_run.run.components import Components, check_inputs, load_components, selection_of
 from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.run.selection import Selection, count_planned
-from osmosis_run.run.settings import EvalSettings
+from osmosis_run.run.settings import UNLIMITED, EvalSettings
 from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
 
 __all__ = ["Plan", "prepare"]
@@ -72,9 +72,11 @@ def prepare(settings: EvalSettings) -> Plan:
 
 
 def _concurrency(settings: EvalSettings, components: Components) -> int | None:
-    """``--concurrency`` (0: no limit), else the workflow config's limit, else the default."""
+    """``--concurrency`` (``UNLIMITED``: no limit), else the workflow config's, else the default."""
+    if settings.concurrency == UNLIMITED:
+        return None
     if settings.concurrency is not None:
-        return settings.concurrency or None
+        return settings.concurrency
     if components.workflow_config is not None:
         return components.workflow_config.concurrency.max_concurrent
     return DEFAULT_MAX_CONCURRENT

@@ -45,7 +45,8 @@ from osmosis_run._construct import construct
 from osmosis_run._json import encode
 from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunError
 from osmosis_run.results.metrics import MetricsAccumulator
-from osmosis_run.results.records import ERROR_STATUSES, ResultLine, Summary
+from osmosis_run.results.outcome import is_error
+from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.run.dataset import is_stream, iter_rows, rollout_id
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import (
@@ -473,7 +474,7 @@ class Scheduler:
         self._kept: Summary | None = None
         self._endpoint = RolloutContext(
             chat_completions_url=self.settings.chat_completions_url or "",
-            api_key=self.settings.api_key,
+            api_key=self.settings.api_key.get_secret_value() if self.settings.api_key else None,
         )
         self._running: dict[str, float] = {}  # rollout id -> when it started: O(concurrency)
         self._metrics = MetricsAccumulator(
@@ -514,7 +515,7 @@ class Scheduler:
             OsmosisRunError: the run directory cannot be used (exit code 2).
         """
         s = plan.settings
-        store = RunStore(plan.run_dir, secrets=(s.api_key,) if s.api_key else ())
+        store = RunStore(plan.run_dir, secrets=(s.api_key.get_secret_value(),) if s.api_key else ())
         store.open(plan.fingerprint, fresh=s.fresh)
         try:
             scheduler = cls(plan, executor, store, **options)
@@ -543,7 +544,7 @@ class Scheduler:
         """Take one results line of an earlier invocation back."""
         self._finished[line.rollout_id] = line.row_hash
         self._metrics.add(line)
-        if line.status in ERROR_STATUSES:
+        if is_error(line.status):
             self._kept_failures += 1
         if self.settings.jsonl:
             self._earlier.append(raw)
@@ -677,10 +678,7 @@ class Scheduler:
                 seen.add(line.rollout_id)
                 metrics.add(line)
         wall = time.perf_counter() - self._started if self._started else None
-        summary = metrics.summary(planned=self.planned, wall_s=wall)
-        summary.interrupted = True
-        summary.complete = False
-        return summary
+        return metrics.summary(planned=self.planned, wall_s=wall, interrupted=True)
 
     def _abandon_orphans(self) -> int:
         """Cancel abandoned user code once more; count what may still be running."""
@@ -694,13 +692,9 @@ class Scheduler:
         if self._kept is not None:
             return self._kept
         wall = time.perf_counter() - self._started if self._started else None
-        summary = self._metrics.summary(planned=self.planned, wall_s=wall)
-        summary.interrupted = interrupted
+        summary = self._metrics.summary(planned=self.planned, wall_s=wall, interrupted=interrupted)
         ran = summary.rollouts - self._resumed
         summary.throughput_per_s = ran / wall if wall and ran else None
-        summary.complete = not interrupted and (
-            self.planned is None or summary.rollouts >= self.planned
-        )
         return summary
 
     async def _execute(self) -> None:

@@ -11,6 +11,15 @@ Precedence, highest first (tested pair by pair):
 Paths in a config file are relative to the file's folder, and that folder is importable for the
 file's ``module:attr`` paths: it becomes ``import_paths`` unless the file sets ``import_paths``
 itself (``run.toml`` does, so a saved run imports what the original run imported).
+
+Every option form is parsed as the model is validated (from any source, and in
+``EvalSettings.model_validate``), so a bad value is a ``ConfigError`` before anything loads:
+``rows`` ("3,7,10-20") becomes inclusive ranges, ``shard`` ("I/N") a pair, ``fail_under`` gates,
+``max_error_rate`` a count or a fraction, ``ids`` and ``import_paths`` lists. ``concurrency`` is
+a positive integer, ``"unlimited"`` (the one spelling of no limit: ``0``, ``"unlimited"``,
+``"none"`` and ``"inf"`` all become it) or None (not given: the workflow config's limit, else
+the default). The API key is a ``SecretStr``: never in a repr, a dump or ``run.toml``; the
+engine reads it with ``get_secret_value()``.
 """
 
 from __future__ import annotations
@@ -21,16 +30,27 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
 from osmosis_run.errors import ConfigError
 from osmosis_run.results.gates import Gate
+from osmosis_run.run.selection import parse_rows_spec, parse_shard
 
 __all__ = [
     "ENV_PREFIX",
+    "UNLIMITED",
+    "Concurrency",
     "EvalSettings",
     "Gate",
     "load_config_file",
@@ -42,6 +62,11 @@ __all__ = [
 ]
 
 ENV_PREFIX = "OSMOSIS_RUN_"
+UNLIMITED: Literal["unlimited"] = "unlimited"
+# Rollouts in flight: a positive count, UNLIMITED, or None (not given).
+Concurrency = int | Literal["unlimited"] | None
+# 0 never gets this far (it becomes UNLIMITED): a count below 0 is what the bound refuses.
+_Count = Annotated[int, Field(ge=0)]
 
 
 class EvalSettings(BaseModel):
@@ -62,17 +87,17 @@ class EvalSettings(BaseModel):
     samples: int = Field(1, ge=1)
     limit: int | None = Field(None, ge=0, le=sys.maxsize)
     offset: int = Field(0, ge=0, le=sys.maxsize)
-    rows: str | None = None
+    rows: tuple[tuple[int, int], ...] | None = None
     ids: list[str] | None = None
     shuffle: bool = False
     seed: int = 0
-    shard: str | None = None
-    concurrency: int | None = Field(None, ge=0)
+    shard: tuple[int, int] | None = None
+    concurrency: _Count | Literal["unlimited"] | None = None
     agent_timeout: float | None = Field(None, gt=0)
     grader_timeout: float | None = Field(None, gt=0)
     retries: int = Field(0, ge=0)
     chat_completions_url: str | None = None
-    api_key: str | None = Field(None, repr=False, exclude=True)
+    api_key: SecretStr | None = Field(None, repr=False, exclude=True)
     pass_threshold: float = 1.0
     fail_under: list[Gate] = Field(default_factory=list)
     max_error_rate: float | int = 0
@@ -102,6 +127,71 @@ class EvalSettings(BaseModel):
             raise ValueError(f"must be at most {sys.maxsize}")
         return value
 
+    @field_validator("rows", mode="before")
+    @classmethod
+    def _rows_spec(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_rows_spec(value) if value.strip() else None
+        return value
+
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard_spec(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_shard(value) if value.strip() else None
+        return value
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _one_unlimited(cls, value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # TOML's `concurrency = 0.0`
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            value = parse_concurrency(value)
+        return value
+
+    @field_validator("max_error_rate", mode="before")
+    @classmethod
+    def _error_budget(cls, value: Any) -> Any:
+        return parse_error_budget(value) if isinstance(value, str | int | float) else value
+
+    @field_validator("fail_under", mode="before")
+    @classmethod
+    def _gates(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, dict):  # a config file's table: {pass_rate = 0.9}
+            return [parse_gate(f"{k}={v}") for k, v in value.items()]
+        if isinstance(value, list):
+            return [parse_gate(g) if isinstance(g, str) else g for g in value]
+        return value
+
+    @field_validator("import_paths", mode="before")
+    @classmethod
+    def _folders(cls, value: Any) -> Any:
+        if isinstance(value, str):  # OSMOSIS_RUN_IMPORT_PATHS: like PATH
+            return [part for part in value.split(os.pathsep) if part]
+        return value
+
+    @field_validator("ids", mode="before")
+    @classmethod
+    def _id_list(cls, value: Any) -> Any:
+        if isinstance(value, str):  # --ids a,b,c
+            return [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            return [str(part) for part in value]
+        return value
+
+    @field_serializer("rows")
+    def _rows_text(self, rows: tuple[tuple[int, int], ...] | None) -> str | None:
+        if rows is None:
+            return None
+        return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in rows)
+
+    @field_serializer("shard")
+    def _shard_text(self, shard: tuple[int, int] | None) -> str | None:
+        return None if shard is None else f"{shard[0]}/{shard[1]}"
+
     @field_validator("group_by")
     @classmethod
     def _metadata_key(cls, value: str | None) -> str | None:
@@ -127,18 +217,25 @@ _PATH_KEYS = ("dataset", "out", "runs_dir", "html", "junit", "baseline")
 _NOT_FROM_FILE = ("api_key", *_TABLES.values())
 
 
-def parse_concurrency(value: str | int | None) -> int | None:
-    """``"unlimited"`` or ``0`` means no limit (returned as 0); else a positive integer."""
-    if value is None or isinstance(value, int):
-        return value
-    if value.strip().lower() in ("unlimited", "none", "inf"):
-        return 0
+def parse_concurrency(value: str | int | None) -> Concurrency:
+    """``"unlimited"``, ``"none"``, ``"inf"`` or ``0`` mean no limit (returned as ``UNLIMITED``).
+
+    Anything else is a count, returned as an int (the settings model refuses one below 0).
+
+    Raises:
+        ConfigError: the value is not a number.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("unlimited", "none", "inf"):
+        return UNLIMITED
     try:
-        return int(value)
+        count = int(value)
     except ValueError:
         raise ConfigError(
             f'concurrency "{value}" is not a number; use a positive integer, or 0 or "unlimited"'
         ) from None
+    return UNLIMITED if count == 0 else count
 
 
 def parse_gate(spec: str) -> Gate:
@@ -283,30 +380,6 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-def _normalise(values: dict[str, Any]) -> dict[str, Any]:
-    """Parse the option forms that are not plain pydantic types."""
-    if "concurrency" in values:
-        values["concurrency"] = parse_concurrency(values["concurrency"])
-    if "max_error_rate" in values:
-        values["max_error_rate"] = parse_error_budget(values["max_error_rate"])
-    gates = values.get("fail_under")
-    if isinstance(gates, str):
-        gates = [gates]
-    if isinstance(gates, list):
-        values["fail_under"] = [parse_gate(g) if isinstance(g, str) else g for g in gates]
-    elif isinstance(gates, dict):
-        values["fail_under"] = [parse_gate(f"{k}={v}") for k, v in gates.items()]
-    folders = values.get("import_paths")
-    if isinstance(folders, str):
-        values["import_paths"] = [part for part in folders.split(os.pathsep) if part]
-    ids = values.get("ids")
-    if isinstance(ids, str):
-        values["ids"] = [part.strip() for part in ids.split(",") if part.strip()]
-    elif isinstance(ids, list):
-        values["ids"] = [str(part) for part in ids]
-    return values
-
-
 def resolve_settings(
     cli: Mapping[str, Any],
     *,
@@ -320,10 +393,10 @@ def resolve_settings(
     """
     layers: list[tuple[str, dict[str, Any]]] = []
     if config_file is not None:
-        layers.append((str(config_file), _normalise(load_config_file(config_file))))
+        layers.append((str(config_file), load_config_file(config_file)))
     env = os.environ if environ is None else environ
-    layers.append(("environment", _normalise(from_environment(env))))
-    layers.append(("command line", _normalise({k: v for k, v in cli.items() if v is not None})))
+    layers.append(("environment", from_environment(env)))
+    layers.append(("command line", {k: v for k, v in cli.items() if v is not None}))
     merged: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for source, values in layers:

@@ -1,13 +1,15 @@
 """The writer process: makes rollout directories and writes rollout files for ``writer.py``.
 
-Started as ``python -I -S _writer_child.py RESULTS ROLLOUTS`` with only the standard library,
-so it is running within milliseconds. It gets its own interpreter lock: file creation, mostly
-system calls, overlaps the runner's Python work on another core instead of contending with it.
+Started as ``python -I -S _writer_child.py RESULTS ROLLOUTS RESULT TRAJECTORY ARTIFACTS`` with
+only the standard library, so it is running within milliseconds. It gets its own interpreter
+lock: file creation, mostly system calls, overlaps the runner's Python work on another core
+instead of contending with it. It cannot import ``layout.py``: the names of a rollout's files
+and directory (RESULT, TRAJECTORY, ARTIFACTS) are its arguments (``writer.child_command``).
 
 Protocol: frames on stdin, each ``HEADER`` (kind, sequence number, payload size) then the
 payload; one reply per frame on stdout, in order, with the same header layout.
 
-    D  make <ROLLOUTS>/<id>/artifacts for NUL-separated ids; reply A with the ids that failed
+    D  make <ROLLOUTS>/<id>/<ARTIFACTS> for NUL-separated ids; reply A with the ids that failed
     W  write a batch of rollouts (``ITEM`` records): their files, then their results lines in
        one append to RESULTS (the commit point); reply A
     F  fsync RESULTS; reply A and exit
@@ -58,15 +60,33 @@ def named(exc: OSError, path: str) -> OSError:
     return OSError(exc.errno, exc.strerror or str(exc), path)
 
 
-def make_dirs(root: str, payload: bytes) -> bytes:
+class Tree:
+    """Where rollouts go: ``<root>/<id>/`` holding ``result``, ``trajectory`` and ``artifacts``/.
+
+    Args:
+        root: the rollouts directory.
+        result: the name of result.json (``layout.RESULT_JSON``), and so on.
+    """
+
+    __slots__ = ("artifacts", "result", "root", "trajectory")
+
+    def __init__(self, root: str, *, result: str, trajectory: str, artifacts: str) -> None:
+        self.root = root
+        self.result = result
+        self.trajectory = trajectory
+        self.artifacts = artifacts
+
+
+def make_dirs(tree: Tree, payload: bytes) -> bytes:
     """Make each id's artifacts directory; return the ids that could not be made."""
+    root, artifacts = tree.root, tree.artifacts
     failed = []
     for raw in payload.split(b"\0"):
         if not raw:
             continue
         where = os.path.join(root, os.fsdecode(raw))
         try:
-            for path in (where, os.path.join(where, "artifacts")):
+            for path in (where, os.path.join(where, artifacts)):
                 try:
                     os.mkdir(path)
                 except FileExistsError:
@@ -76,8 +96,9 @@ def make_dirs(root: str, payload: bytes) -> bytes:
     return b"\0".join(failed)
 
 
-def write_batch(root: str, results: int, payload: bytes) -> None:
+def write_batch(tree: Tree, results: int, payload: bytes) -> None:
     """Write each rollout's files, then append all their results lines at once."""
+    root, result_name, trajectory_name = tree.root, tree.result, tree.trajectory
     view = memoryview(payload)
     lines = []
     at = 0
@@ -89,12 +110,12 @@ def write_batch(root: str, results: int, payload: bytes) -> None:
         result = view[at : at + result_size]
         at += result_size
         try:
-            write_file(os.path.join(where, "result.json"), result)
+            write_file(os.path.join(where, result_name), result)
         except FileNotFoundError:  # no artifacts directory was made (an invalid row)
             os.makedirs(where, exist_ok=True)
-            write_file(os.path.join(where, "result.json"), result)
+            write_file(os.path.join(where, result_name), result)
         if trajectory_size >= 0:
-            write_file(os.path.join(where, "trajectory.json"), view[at : at + trajectory_size])
+            write_file(os.path.join(where, trajectory_name), view[at : at + trajectory_size])
             at += trajectory_size
         lines.append(view[at : at + line_size])
         at += line_size
@@ -130,12 +151,12 @@ class Replies:
             self.fd = None
 
 
-def answer_frame(kind: bytes, payload: bytes, results: int, root: str) -> bytes:
+def answer_frame(kind: bytes, payload: bytes, results: int, tree: Tree) -> bytes:
     """Do what a D, W or F frame asks; the body of its A reply."""
     if kind == b"D":
-        return make_dirs(root, payload)
+        return make_dirs(tree, payload)
     if kind == b"W":
-        write_batch(root, results, payload)
+        write_batch(tree, results, payload)
     elif kind == b"F":
         os.fsync(results)
     return b""
@@ -145,7 +166,7 @@ def serve(
     source: BinaryIO,
     replies: Replies,
     results: int,
-    root: str,
+    tree: Tree,
     *,
     results_path: str = "",
     error: OSError | None = None,
@@ -168,7 +189,7 @@ def serve(
         try:
             if error is not None:
                 raise error
-            answer = answer_frame(kind, payload, results, root)
+            answer = answer_frame(kind, payload, results, tree)
         except OSError as exc:  # what names no file was RESULTS: its append, its fsync
             failed = True
             replies.send(b"E", seq, error_body(named(exc, results_path)))
@@ -179,8 +200,9 @@ def serve(
 
 
 def main() -> None:
-    """``_writer_child.py RESULTS ROLLOUTS``."""
-    results_path, root = sys.argv[1], sys.argv[2]
+    """``_writer_child.py RESULTS ROLLOUTS RESULT TRAJECTORY ARTIFACTS``."""
+    results_path, root, result, trajectory, artifacts = sys.argv[1:6]
+    tree = Tree(root, result=result, trajectory=trajectory, artifacts=artifacts)
     error = None
     try:
         results = os.open(
@@ -189,7 +211,7 @@ def main() -> None:
     except OSError as exc:
         results, error = -1, named(exc, results_path)
     with os.fdopen(0, "rb", buffering=1 << 20, closefd=False) as source:
-        serve(source, Replies(1), results, root, results_path=results_path, error=error)
+        serve(source, Replies(1), results, tree, results_path=results_path, error=error)
     if results >= 0:
         os.close(results)
 

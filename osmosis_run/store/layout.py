@@ -7,7 +7,8 @@
     rollouts/<id>/      artifacts/, trajectory.json (ATIF v1.7), result.json
 
 The writer process (``_writer_child.py``) runs with the standard library only and cannot import
-this module: it gets the names it needs as arguments, and a test checks they agree.
+this module: it gets the names it needs as command-line arguments (``writer.child_command``).
+No other module of the store spells a name out (``tests/test_store.py`` checks).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from osmosis_run.errors import RunDirError
+from osmosis_run.results import outcome
 from osmosis_run.results.metrics import summarize
 from osmosis_run.results.records import ResultLine
 from osmosis_run.results.rundata import RunData
@@ -47,7 +48,9 @@ def load_run(
         summary.interrupted = stored.interrupted
         summary.wall_s = stored.wall_s
         summary.throughput_per_s = stored.throughput_per_s
-        summary.complete = stored.complete and summary.rollouts >= (stored.planned or 0)
+    # Without summary.json the run is still going, or was killed: not complete either way.
+    stopped = stored is None or stored.interrupted
+    summary.complete = outcome.is_complete(summary.rollouts, summary.planned, stopped)
     return RunData(
         run_dir=run_dir, config=config, lines=lines, summary=summary, stored_summary=stored
     )

@@ -1,19 +1,14 @@
-"""The run directory, and the only code that writes it.
-
-    run.toml            the resolved configuration; ``--config run.toml`` reproduces the run
-    fingerprint.json    what the run was made from; a resume with other inputs is refused
-    results.jsonl       one ResultLine per finished rollout, appended as it finishes
-    summary.json        the Summary, rewritten at the end and on interrupt
-    rollouts/<id>/      artifacts/, trajectory.json (ATIF v1.7), result.json
+"""The only code that writes the run directory (its files: ``layout.py``).
 
 A rollout is finished when its line is in results.jsonl: its files are written first, so a hard
 kill leaves at most rollouts whose files exist but whose line does not; they run again on resume
 and overwrite those files. A torn last line is cut off on resume. Large runs hand finished
 rollouts to a writer process (``writer.py``) in small batches, every few milliseconds; it
 finishes what it was sent even if the runner is killed, so a crash loses only the rollouts
-running and those finished in the last few milliseconds. A lock on the directory keeps two
-runners (or a resume and the writer process of a killed run) from writing it at once; it is
-taken before anything in the directory changes (``--fresh`` included).
+running and those finished in the last few milliseconds. The store drives it, or a writer in
+this process, through one protocol (``Writer``), never asking which it has. A lock on the
+directory keeps two runners (or a resume and the writer process of a killed run) from writing it
+at once; it is taken before anything in the directory changes (``--fresh`` included).
 
 Everything written goes through one ``Redactor`` (``redact.py``): no secret reaches a file.
 What fails on the machine before a run (opening the directory, its lock, run.toml) is a
@@ -42,10 +37,9 @@ from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, Ru
 from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.store.layout import FINGERPRINT, RESULTS, ROLLOUTS, SUMMARY
 from osmosis_run.store.writer import (
-    InlineWriter,
     Item,
+    Writer,
     WriterLost,
-    WriterProcess,
     keep_from_forks,
     release_fd,
     start_writer,
@@ -136,16 +130,26 @@ class RunStore:
         run_dir: the directory.
         secrets: strings that must never be written (an API key); replaced by ``[REDACTED]``
             in every file and, from now on, in osmosis-run's log records (see ``redact.py``).
+        background: write the rollouts through a writer process, if one can start.
+        writer: write the rollouts through this one instead of starting one (a test's
+            ``MemoryWriter``); ``background`` is then unused.
     """
 
     def __init__(
-        self, run_dir: Path, *, secrets: tuple[str, ...] = (), background: bool = False
+        self,
+        run_dir: Path,
+        *,
+        secrets: tuple[str, ...] = (),
+        background: bool = False,
+        writer: Writer | None = None,
     ) -> None:
         self.dir = run_dir
         self.rollouts_dir = run_dir / ROLLOUTS
         self.redactor: Redactor = register(secrets)
-        self.background = background  # a writer process for the rollouts, if one can start
-        self._writer: InlineWriter | WriterProcess | None = None
+        self.background = background
+        self._given = writer
+        self._writer: Writer | None = None
+        self._hand_at = BATCH  # rollouts gathered before a hand-off: 1 for a writer in this process
         self._started = False  # the run is under way: failures are infrastructure errors
         self._batch: list[Item] = []
         self._lock: int | None = None
@@ -323,35 +327,41 @@ class RunStore:
         """
         self._started = True
         if self._writer is None:
-            try:
-                self._writer = start_writer(
-                    self.dir / RESULTS,
-                    self.rollouts_dir,
-                    background=self.background,
-                    queue=WRITE_QUEUE,
-                    keep_open=() if self._lock is None else (self._lock,),
-                )
-            except OSError as exc:
-                raise infrastructure_error(exc, doing="opening", path=self.dir / RESULTS) from exc
-        return self._writer.reply_fd if isinstance(self._writer, WriterProcess) else None
+            self._writer = self._start()
+            # A writer in this process gains nothing by waiting: each rollout goes at once.
+            self._hand_at = BATCH if self._writer.in_background else 1
+        return self._writer.reply_fd
+
+    def _start(self) -> Writer:
+        given, self._given = self._given, None
+        if given is not None:
+            return given
+        try:
+            return start_writer(
+                self.dir / RESULTS,
+                self.rollouts_dir,
+                background=self.background,
+                queue=WRITE_QUEUE,
+                keep_open=() if self._lock is None else (self._lock,),
+            )
+        except OSError as exc:
+            raise infrastructure_error(exc, doing="opening", path=self.dir / RESULTS) from exc
 
     @property
     def writer_process(self) -> bool:
         """Whether a writer process writes the rollouts (and can make their directories)."""
-        return isinstance(self._writer, WriterProcess)
+        return self._writer is not None and self._writer.in_background
 
     def make_dirs(self, rollout_ids: list[str]) -> Future[list[str]] | None:
         """Have the writer process make the rollouts' artifacts directories, if there is one.
 
         The future resolves, in ``poll``, to the ids whose directory could not be made.
         """
-        if isinstance(self._writer, WriterProcess):
-            return self._writer.make_dirs(rollout_ids)
-        return None
+        return self._writer.make_dirs(rollout_ids) if self._writer is not None else None
 
     def poll(self) -> None:
         """Take the writer process's answers (never blocks)."""
-        if isinstance(self._writer, WriterProcess):
+        if self._writer is not None:
             self._writer.poll()
 
     def write_rollout(
@@ -379,7 +389,7 @@ class RunStore:
         if self._writer is None:
             self.start_writer()
         self._batch.append(item)
-        if len(self._batch) >= BATCH or isinstance(self._writer, InlineWriter):
+        if len(self._batch) >= self._hand_at:
             self.hand_off()
 
     def hand_off(self) -> None:
@@ -439,7 +449,7 @@ class RunStore:
         if error is not None:
             raise error
 
-    def _finish(self, writer: InlineWriter | WriterProcess, batch: list[Item]) -> None:
+    def _finish(self, writer: Writer, batch: list[Item]) -> None:
         try:
             try:
                 if batch:

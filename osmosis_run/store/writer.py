@@ -1,5 +1,8 @@
 """Who makes rollout directories and writes rollout files: a writer process, or this one.
 
+The store drives either through one protocol, ``Writer``; ``MemoryWriter`` is its fake, for
+tests of the store and of the engine (it keeps what it is handed and writes nothing).
+
 A trivial rollout costs tens of microseconds of Python and about as much in system calls
 (two directories, two files, a line). Threads cannot overlap the two: every system call hands
 the interpreter lock back and waits to get it again behind the event loop. A child process
@@ -34,14 +37,19 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Protocol
 
 from osmosis_run.store import _writer_child as child
+from osmosis_run.store.layout import ARTIFACTS, RESULT_JSON, TRAJECTORY_JSON
 
 __all__ = [
     "InlineWriter",
     "Item",
+    "MemoryWriter",
+    "Writer",
     "WriterLost",
     "WriterProcess",
+    "child_command",
     "keep_from_forks",
     "release_fd",
     "start_writer",
@@ -103,6 +111,61 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_release_in_forked_child)
 
 
+class Writer(Protocol):
+    """What the store writes finished rollouts through.
+
+    ``write`` a batch: the rollouts' files, then their results lines (the commit point), or
+    raise the ``OSError`` of this batch or of an earlier one. End with ``finish`` (everything
+    written and durable) or, when the run failed, ``abandon``; nothing is called after either.
+    """
+
+    @property
+    def in_background(self) -> bool:
+        """Whether another process writes: the store batches for it, it makes directories."""
+        ...
+
+    @property
+    def reply_fd(self) -> int | None:
+        """A descriptor readable when the writer answers (call ``poll`` then), or None."""
+        ...
+
+    def make_dirs(self, rollout_ids: Sequence[str]) -> Future[list[str]] | None:
+        """Make the rollouts' artifacts directories ahead, or None when this writer does not.
+
+        The future resolves (in ``poll``) to the ids whose directory could not be made.
+        """
+        ...
+
+    def write(self, items: Sequence[Item]) -> None:
+        """Write a batch (see the class)."""
+        ...
+
+    def poll(self) -> None:
+        """Take the answers that have arrived; never blocks, never raises."""
+        ...
+
+    def finish(self) -> None:
+        """Write everything handed over, make results.jsonl durable, release the writer."""
+        ...
+
+    def abandon(self) -> None:
+        """Release the writer without waiting for it (the run failed)."""
+        ...
+
+
+def child_command(results: Path, rollouts: Path) -> list[str]:
+    """The command line of a writer process: its files, and the names of a rollout's files."""
+    names = (RESULT_JSON, TRAJECTORY_JSON, ARTIFACTS)
+    return [sys.executable, "-I", "-S", child.__file__, str(results), str(rollouts), *names]
+
+
+def _tree(rollouts: Path) -> child.Tree:
+    """The layout's names for the rollouts directory, as the writer process gets them."""
+    return child.Tree(
+        str(rollouts), result=RESULT_JSON, trajectory=TRAJECTORY_JSON, artifacts=ARTIFACTS
+    )
+
+
 def pack(items: Sequence[Item]) -> bytes:
     """The payload of a W frame."""
     parts: list[bytes] = []
@@ -117,10 +180,16 @@ def pack(items: Sequence[Item]) -> bytes:
 
 
 class InlineWriter:
-    """Write rollouts in this process, as each is handed over."""
+    """Write rollouts in this process, as each is handed over (a ``Writer``).
+
+    Directories are not made ahead: the backend makes each rollout's as it starts.
+    """
+
+    in_background = False
+    reply_fd = None
 
     def __init__(self, results: Path, rollouts: Path) -> None:
-        self._root = str(rollouts)
+        self._tree = _tree(rollouts)
         self._path = str(results)
         self._wrote = False
         self._results = os.open(
@@ -135,9 +204,16 @@ class InlineWriter:
         """
         self._wrote = True
         try:
-            child.write_batch(self._root, self._results, pack(items))
+            child.write_batch(self._tree, self._results, pack(items))
         except OSError as exc:  # one that names no file was the append to results.jsonl
             raise child.named(exc, self._path) from None
+
+    def make_dirs(self, rollout_ids: Sequence[str]) -> None:  # noqa: ARG002
+        """None: this writer makes no directories ahead."""
+        return None
+
+    def poll(self) -> None:
+        """Nothing to take: every write is done when ``write`` returns."""
 
     def finish(self) -> None:
         """Make results.jsonl durable (if anything was written) and close it."""
@@ -155,7 +231,7 @@ class InlineWriter:
 
 
 class WriterProcess:
-    """Hand directories and rollouts to a writer process.
+    """Hand directories and rollouts to a writer process (a ``Writer``).
 
     Args:
         results: results.jsonl.
@@ -167,13 +243,15 @@ class WriterProcess:
         OSError: the child cannot be started.
     """
 
+    in_background = True
+
     def __init__(
         self, results: Path, rollouts: Path, *, queue: int, keep_open: Sequence[int] = ()
     ) -> None:
         self._queue = queue
         self._results = results
         self._process = subprocess.Popen(
-            [sys.executable, "-I", "-S", child.__file__, str(results), str(rollouts)],
+            child_command(results, rollouts),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
@@ -329,9 +407,79 @@ class WriterProcess:
                 future.set_exception(error)
 
 
+class MemoryWriter:
+    """A ``Writer`` that keeps what it is handed and writes nothing: the fake tests use.
+
+    ``batches`` holds every batch written, in order, and ``dirs`` every ``make_dirs`` call.
+    Set ``error`` to have every later call fail with it, as a full disk or a lost writer process
+    would; add ids to ``unmade`` to have ``make_dirs`` report their directories unmade.
+
+    Args:
+        in_background: act as a writer process (the store batches for it; it makes
+            directories, answering at once) rather than as one in this process.
+    """
+
+    reply_fd = None
+
+    def __init__(self, *, in_background: bool = False) -> None:
+        self.in_background = in_background
+        self.batches: list[list[Item]] = []
+        self.dirs: list[list[str]] = []
+        self.unmade: set[str] = set()
+        self.error: OSError | None = None
+        self.finished = False
+        self.abandoned = False
+
+    @property
+    def items(self) -> list[Item]:
+        """Every rollout written, in order."""
+        return [item for batch in self.batches for item in batch]
+
+    def make_dirs(self, rollout_ids: Sequence[str]) -> Future[list[str]] | None:
+        """Record the ids, or raise ``error``; the future is resolved already (nothing to poll)."""
+        if not self.in_background:
+            return None
+        self._check()
+        self.dirs.append(list(rollout_ids))
+        future: Future[list[str]] = Future()
+        future.set_result([i for i in rollout_ids if i in self.unmade])
+        return future
+
+    def write(self, items: Sequence[Item]) -> None:
+        """Keep the batch, or raise ``error``."""
+        self._check()
+        self.batches.append(list(items))
+
+    def poll(self) -> None:
+        """Nothing to take."""
+
+    def finish(self) -> None:
+        """End; raise ``error`` if set (ending all the same, as a writer process does)."""
+        self._ended()
+        self.finished = True
+        if self.error is not None:
+            raise self.error
+
+    def abandon(self) -> None:
+        """End without finishing."""
+        self._ended()
+        self.abandoned = True
+
+    def _check(self) -> None:
+        self._ended()
+        if self.error is not None:
+            raise self.error
+
+    def _ended(self) -> None:
+        """A store that uses a writer after ending it has a bug: say so."""
+        if self.finished or self.abandoned:
+            how = "finished" if self.finished else "abandoned"
+            raise RuntimeError(f"the writer was used after it was {how}")
+
+
 def start_writer(
     results: Path, rollouts: Path, *, background: bool, queue: int, keep_open: Sequence[int] = ()
-) -> InlineWriter | WriterProcess:
+) -> Writer:
     """A writer process when ``background`` and one can start (POSIX), else an inline writer."""
     if background and os.name == "posix" and sys.executable and os.path.isfile(child.__file__):
         try:

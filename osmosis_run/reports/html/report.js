@@ -1,15 +1,16 @@
-/* osmosis-run HTML report: draws the JSON embedded in #osmosis-data (osmosis_run/html_report.py).
+/* osmosis-run HTML report: draws the JSON embedded in #osmosis-data (osmosis_run/reports/html_report.py).
  *
  * One rule keeps it safe: text from a dataset or a model reaches the DOM only as text
  * (textContent, text nodes, attribute values), never as markup: nothing here parses HTML.
+ * Nothing here decides what an outcome means either: whether a rollout passed ("p"), the
+ * statuses and the comparison's numbers all come computed in the data.
  */
 (function () {
   "use strict";
 
   const DATA = JSON.parse(document.getElementById("osmosis-data").textContent);
   const SVG_NS = "http://www.w3.org/2000/svg";
-  const STATUSES = ["success", "ungraded", "removed", "failure", "timeout", "invalid"];
-  const ERROR_STATUSES = new Set(["failure", "timeout", "invalid"]);
+  const STATUSES = DATA.statuses;
 
   // -- DOM helpers ---------------------------------------------------------------------------
 
@@ -769,37 +770,60 @@
     pf: "pass → fail", fp: "fail → pass", pp: "both pass", ff: "both fail", na: "not scored", oa: "only in A", ob: "only in B",
   };
 
-  function compareKpi(label, a, b, delta, opts, fmt) {
+  function compareKpi(label, a, b, delta, opts, fmt, note) {
     return el("div", { class: "card kpi" },
       el("div", { class: "label", text: label }),
       el("div", { class: "pair" }, el("span", { class: "from", text: fmt(a) }), el("span", { class: "arrow", text: "→" }), el("span", { class: "to", text: fmt(b) })),
-      el("div", { class: "detail" }, deltaChip(delta, 3, opts)));
+      el("div", { class: "detail" }, note !== undefined ? note : deltaChip(delta, 3, opts)));
   }
 
   const diff = (a, b) => (isNum(a) && isNum(b) ? b - a : null);
 
-  function compareKpis(A, B, P) {
+  /* Each run on its own, over all of its rollouts (paired or not) at its own pass threshold.
+   * The differences that matter are the comparison's, above: these cards carry no delta of
+   * their own for the means and the pass rate, so the page never shows two. */
+  function runKpisSideBySide(A, B) {
     const a = A.summary, b = B.summary;
-    return el("div", { class: "kpis" },
-      compareKpi("Mean reward", a.reward_all.mean, b.reward_all.mean, diff(a.reward_all.mean, b.reward_all.mean), {}, fix),
-      compareKpi("Graded mean", a.reward_graded.mean, b.reward_graded.mean, diff(a.reward_graded.mean, b.reward_graded.mean), {}, fix),
-      compareKpi("Pass rate", a.pass_rate, b.pass_rate, diff(a.pass_rate, b.pass_rate), { percent: true }, pct),
+    const counts = (x, y, what) => `n = ${int(x)} → ${int(y)} ${what}`;
+    return el("div", { class: "kpis", "data-section": "runs" },
+      compareKpi("Mean reward", a.reward_all.mean, b.reward_all.mean, null, {}, fix, counts(a.reward_all.count, b.reward_all.count, "scored; failures count 0")),
+      compareKpi("Graded mean", a.reward_graded.mean, b.reward_graded.mean, null, {}, fix, counts(a.reward_graded.count, b.reward_graded.count, "graded")),
+      compareKpi("Pass rate", a.pass_rate, b.pass_rate, null, {}, pct, `at reward ≥ ${short(a.pass_threshold)} → ${short(b.pass_threshold)}`),
       compareKpi("Error rate", a.error_rate, b.error_rate, diff(a.error_rate, b.error_rate), { percent: true, lowerIsBetter: true }, pct),
       compareKpi("Workflow p50", a.workflow_ms.p50, b.workflow_ms.p50, diff(a.workflow_ms.p50, b.workflow_ms.p50), { lowerIsBetter: true, format: ms }, ms),
-      el("div", { class: "card kpi" }, el("div", { class: "label", text: "Rollouts" }),
-        el("div", { class: "pair" }, el("span", { class: "from", text: int(a.rollouts) }), el("span", { class: "arrow", text: "→" }), el("span", { class: "to", text: int(b.rollouts) })),
-        el("div", { class: "detail", text: `${int(P.both)} paired · ${int(P.kinds.oa || 0)} only in A · ${int(P.kinds.ob || 0)} only in B` })));
+      compareKpi("Rollouts", a.rollouts, b.rollouts, null, {}, int, `${int(a.planned ?? a.rollouts)} → ${int(b.planned ?? b.rollouts)} planned`));
   }
 
-  function pairedCards(P) {
-    const k = P.kinds;
-    const ci = isNum(P.se) ? ` ± ${fix(1.96 * P.se)} (95% CI)` : "";
-    return el("div", { class: "kpis" },
-      kpi("Paired mean reward", el("span", null, fix(P.mean_a), el("small", { text: "→ " + fix(P.mean_b) })), `Δ ${signed(P.mean_delta)}${ci} over ${int(P.scored)} rollouts`),
-      kpi("Paired pass rate", el("span", null, pct(P.pass_a), el("small", { text: "→ " + pct(P.pass_b) })), isNum(P.pass_a) ? `Δ ${signed((P.pass_b - P.pass_a) * 100, 1)} pp` : ""),
-      kpi("Pass → fail", int(k.pf || 0), "regressions", k.pf ? "bad" : ""),
-      kpi("Fail → pass", int(k.fp || 0), "fixes"),
+  /* One metric of the comparison, as `osmosis-run compare` prints it (the text comes formatted). */
+  function comparedKpi(metric, label, C) {
+    const t = C.text[metric], delta = C[metric].delta;
+    const cls = !isNum(delta) || Math.abs(delta) < 1e-12 ? "" : delta > 0 ? "up" : "down";
+    return el("div", { class: "card kpi", "data-metric": metric },
+      el("div", { class: "label", text: label }),
+      el("div", { class: "pair" }, el("span", { class: "from", text: t.a }), el("span", { class: "arrow", text: "→" }), el("span", { class: "to", text: t.b })),
+      el("div", { class: "detail" }, "B - A ", el("span", { class: "delta " + cls, "data-part": "delta", text: t.delta }),
+        " · " + pct(C.confidence, 0) + " CI ", el("span", { "data-part": "ci", text: t.ci })));
+  }
+
+  /* What `osmosis-run compare` reports: its deltas, intervals, pairing, flips and errors. */
+  function comparisonCards(C, P) {
+    const n = C.counts;
+    return el("div", { class: "kpis", "data-section": "comparison" },
+      comparedKpi("mean", "Mean reward (failures 0)", C),
+      comparedKpi("pass_rate", "Pass rate", C),
+      el("div", { class: "card kpi", "data-metric": "paired" },
+        el("div", { class: "label", text: "Paired rollouts" }),
+        el("div", { class: "value", text: int(C.paired) }),
+        el("div", { class: "detail", text: `over ${int(C.paired_rows)} rows · ${int(C.only_in_a)} only in A · ${int(C.only_in_b)} only in B · ${int(C.unscored)} unscored` })),
+      kpi("Pass → fail", int(n.pass_to_fail), "regressions", n.pass_to_fail ? "bad" : ""),
+      kpi("Fail → pass", int(n.fail_to_pass), "fixes"),
+      kpi("New errors", int(n.new_errors), `${int(n.fixed_errors)} fixed`, n.new_errors ? "bad" : ""),
       kpi("Reward changed", int(P.improved + P.worsened), `${int(P.improved)} up · ${int(P.worsened)} down · ${int(P.scored - P.improved - P.worsened)} same`));
+  }
+
+  function comparisonNotes(C) {
+    if (!C.notes.length) return null;
+    return el("div", { class: "badges", "data-section": "notes" }, C.notes.map((note) => el("span", { class: "badge warn", text: "note: " + note })));
   }
 
   function pairDetail(A, B) {
@@ -839,7 +863,7 @@
   }
 
   function comparePage(app) {
-    const A = DATA.a, B = DATA.b, P = DATA.paired, pairs = DATA.pairs;
+    const A = DATA.a, B = DATA.b, C = DATA.comparison, P = DATA.paired, pairs = DATA.pairs;
     const render = pairDetail(A, B);
     const table = new Table({ columns: pairColumns(), rows: pairs, name: "pairs", onOpen: (t, pos) => drawer.open(t, pos, render, true) });
     const kind = el("select", { "aria-label": "change", name: "change" }, option("", "All changes"),
@@ -873,9 +897,14 @@
         el("p", { class: "eyebrow", text: "osmosis-run · comparison" }),
         el("h1", null, el("span", { text: A.name }), el("span", { class: "vs", text: "vs" }), el("span", { text: B.name })),
         sideMeta("A", A), sideMeta("B", B))),
-      compareKpis(A, B, P),
       el("h2", { class: "section-title", text: "Paired by rollout id" }),
-      pairedCards(P),
+      el("div", { class: "meta", "data-section": "method" },
+        el("span", { text: `a rollout passes at reward ≥ ${short(C.pass_threshold)}` }),
+        el("span", { text: `${pct(C.confidence, 0)} CI: ${int(C.resamples)} bootstrap resamples of rows, seed ${C.seed}` })),
+      comparisonNotes(C),
+      comparisonCards(C, P),
+      el("h2", { class: "section-title", text: "Each run on its own" }),
+      runKpisSideBySide(A, B),
       charts,
       el("h2", { class: "section-title", text: "Flipped rollouts" }),
       el("div", { class: "flips" }, flipList("pf", "Pass → fail", "bad", pairs, render), flipList("fp", "Fail → pass", "good", pairs, render)),
