@@ -758,7 +758,7 @@ def test_finish_run_judges_the_summary_and_reads_nothing_without_reports(
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     gate = EvalSettings.model_validate({"fail_under": ["mean=0.9"], "max_error_rate": 1})
-    finish = finish_run(gate, summary, run_dir)
+    finish = finish_run(gate.after, summary, run_dir)
     assert [(v.name, v.held) for v in finish.verdicts] == [
         ("mean >= 0.9", False),
         ("max_error_rate", True),
@@ -766,9 +766,9 @@ def test_finish_run_judges_the_summary_and_reads_nothing_without_reports(
     assert finish.ending == "gate_failed"
 
     both = EvalSettings.model_validate({"fail_under": ["mean=0.9"]})
-    assert finish_run(both, summary, run_dir).ending == "error_budget"  # the budget wins
+    assert finish_run(both.after, summary, run_dir).ending == "error_budget"  # the budget wins
     fine = EvalSettings.model_validate({"max_error_rate": "50%"})
-    assert finish_run(fine, summary, run_dir).ending == "ok"
+    assert finish_run(fine.after, summary, run_dir).ending == "ok"
 
 
 def test_finish_run_tells_the_comparison_and_each_file_as_it_goes(tmp_path: Path) -> None:
@@ -788,7 +788,7 @@ def test_finish_run_tells_the_comparison_and_each_file_as_it_goes(tmp_path: Path
         }
     )
     finish = finish_run(
-        settings,
+        settings.after,
         summary_of(bad),
         bad,
         on_comparison=lambda cmp: told.append(type(cmp)),

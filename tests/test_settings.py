@@ -10,14 +10,22 @@ from typing import Any
 
 import pytest
 from conftest import results
+from pydantic import ValidationError
 from typer.testing import Result
 
 from osmosis_run.errors import ConfigError
 from osmosis_run.examples.calculator import CalculatorConfig
-from osmosis_run.run.components import load_components
+from osmosis_run.run.components import load_components, selection_of
+from osmosis_run.run.dataset import sha256_file
+from osmosis_run.run.fingerprint import build_fingerprint, source_hash
 from osmosis_run.run.settings import (
+    GROUP_OF,
+    AfterRun,
     EvalSettings,
+    Execution,
     Gate,
+    Output,
+    RunSpec,
     load_config_file,
     parse_concurrency,
     parse_error_budget,
@@ -65,38 +73,43 @@ def env_name(option: str) -> str:
     return f"OSMOSIS_RUN_{option.upper()}"
 
 
+def option_of(settings: EvalSettings, option: str) -> Any:
+    """An option by its flat name, from the group that holds it."""
+    return getattr(getattr(settings, GROUP_OF[option]), option)
+
+
 @pytest.mark.parametrize("option", SOURCES)
 def test_command_line_beats_environment(tmp_path: Path, option: str) -> None:
     cli_value, env_value, _, _, (want, _, _) = SOURCES[option]
     settings = resolve(tmp_path, cli={option: cli_value}, env={env_name(option): env_value})
-    assert getattr(settings, option) == want
+    assert option_of(settings, option) == want
 
 
 @pytest.mark.parametrize("option", SOURCES)
 def test_command_line_beats_config_file(tmp_path: Path, option: str) -> None:
     cli_value, _, line, _, (want, _, _) = SOURCES[option]
     settings = resolve(tmp_path, cli={option: cli_value}, file=line)
-    assert getattr(settings, option) == want
+    assert option_of(settings, option) == want
 
 
 @pytest.mark.parametrize("option", SOURCES)
 def test_environment_beats_config_file(tmp_path: Path, option: str) -> None:
     _, env_value, line, _, (_, want, _) = SOURCES[option]
     settings = resolve(tmp_path, env={env_name(option): env_value}, file=line)
-    assert getattr(settings, option) == want
+    assert option_of(settings, option) == want
 
 
 @pytest.mark.parametrize("option", SOURCES)
 def test_config_file_beats_default(tmp_path: Path, option: str) -> None:
     _, _, line, _, (_, _, want) = SOURCES[option]
-    assert getattr(resolve(tmp_path, file=line), option) == want
+    assert option_of(resolve(tmp_path, file=line), option) == want
 
 
 @pytest.mark.parametrize("option", SOURCES)
 def test_default_alone(tmp_path: Path, option: str) -> None:
     default = SOURCES[option][3]
-    assert getattr(resolve(tmp_path), option) == default
-    assert getattr(EvalSettings(), option) == default
+    assert option_of(resolve(tmp_path), option) == default
+    assert option_of(EvalSettings(), option) == default
 
 
 @pytest.mark.parametrize("option", SOURCES)
@@ -105,12 +118,12 @@ def test_all_sources_at_once_the_command_line_wins(tmp_path: Path, option: str) 
     settings = resolve(
         tmp_path, cli={option: cli_value}, env={env_name(option): env_value}, file=line
     )
-    assert getattr(settings, option) == want
+    assert option_of(settings, option) == want
 
 
 def test_a_none_on_the_command_line_means_not_given(tmp_path: Path) -> None:
     settings = resolve(tmp_path, cli={"samples": None}, file="samples = 5")
-    assert settings.samples == 5
+    assert settings.run.samples == 5
 
 
 def test_an_invalid_value_names_the_option_and_its_source(tmp_path: Path) -> None:
@@ -163,10 +176,10 @@ def test_environment_values_are_parsed(tmp_path: Path) -> None:
             "OSMOSIS_RUN_AGENT_TIMEOUT": "2.5",
         },
     )
-    assert settings.shuffle is True
-    assert settings.ids == ["a", "b", "c"]
-    assert settings.fail_under == [Gate(metric="pass_rate", threshold=0.9)]
-    assert settings.agent_timeout == 2.5
+    assert settings.run.shuffle is True
+    assert settings.run.ids == ["a", "b", "c"]
+    assert settings.after.fail_under == [Gate(metric="pass_rate", threshold=0.9)]
+    assert settings.execution.agent_timeout == 2.5
 
 
 def test_the_model_endpoint_variables(tmp_path: Path) -> None:
@@ -174,9 +187,9 @@ def test_the_model_endpoint_variables(tmp_path: Path) -> None:
         tmp_path,
         env={"OSMOSIS_CHAT_COMPLETIONS_URL": "http://model/v1", "OSMOSIS_API_KEY": "sk-1"},
     )
-    assert settings.chat_completions_url == "http://model/v1"
-    assert settings.api_key is not None
-    assert settings.api_key.get_secret_value() == "sk-1"
+    assert settings.execution.chat_completions_url == "http://model/v1"
+    assert settings.execution.api_key is not None
+    assert settings.execution.api_key.get_secret_value() == "sk-1"
     settings = resolve(
         tmp_path,
         env={
@@ -184,12 +197,12 @@ def test_the_model_endpoint_variables(tmp_path: Path) -> None:
             "OSMOSIS_RUN_CHAT_COMPLETIONS_URL": "x",
         },
     )
-    assert settings.chat_completions_url == "x"
+    assert settings.execution.chat_completions_url == "x"
     cli = {"chat_completions_url": "http://cli/v1", "api_key": "sk-cli"}
     settings = resolve(tmp_path, cli=cli, env={"OSMOSIS_API_KEY": "sk-env"})
-    assert settings.chat_completions_url == "http://cli/v1"
-    assert settings.api_key is not None
-    assert settings.api_key.get_secret_value() == "sk-cli"
+    assert settings.execution.chat_completions_url == "http://cli/v1"
+    assert settings.execution.api_key is not None
+    assert settings.execution.api_key.get_secret_value() == "sk-cli"
 
 
 # --- config files ------------------------------------------------------------------------------
@@ -243,8 +256,12 @@ def test_the_evaluation_table_is_understood(tmp_path: Path) -> None:
             "grader_timeout_s = 5.5\n"
         ),
     )
-    assert (settings.samples, settings.limit, settings.concurrency) == (4, 20, 16)
-    assert (settings.pass_threshold, settings.agent_timeout, settings.grader_timeout) == (
+    assert (settings.run.samples, settings.run.limit, settings.execution.concurrency) == (4, 20, 16)
+    assert (
+        settings.after.pass_threshold,
+        settings.execution.agent_timeout,
+        settings.execution.grader_timeout,
+    ) == (
         0.5,
         30,
         5.5,
@@ -253,12 +270,12 @@ def test_the_evaluation_table_is_understood(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("limit", [0, -1])
 def test_an_evaluation_limit_of_zero_or_less_means_every_row(tmp_path: Path, limit: int) -> None:
-    assert resolve(tmp_path, file=f"[evaluation]\nlimit = {limit}\n").limit is None
+    assert resolve(tmp_path, file=f"[evaluation]\nlimit = {limit}\n").run.limit is None
 
 
 def test_the_command_line_beats_the_evaluation_table(tmp_path: Path) -> None:
     settings = resolve(tmp_path, cli={"samples": 2}, file="[evaluation]\nn = 4\n")
-    assert settings.samples == 2
+    assert settings.run.samples == 2
 
 
 def test_an_unknown_evaluation_key_is_rejected(tmp_path: Path) -> None:
@@ -290,10 +307,10 @@ def test_a_workflow_config_table_names_an_instance_and_overrides_it(tmp_path: Pa
             'name = "g"\n'
         ),
     )
-    assert settings.workflow_config == "osmosis_run.examples.calculator:config"
-    assert settings.workflow_config_overrides == {"precision": 2}
-    assert settings.grader_config is None
-    assert settings.grader_config_overrides == {"name": "g"}
+    assert settings.run.workflow_config == "osmosis_run.examples.calculator:config"
+    assert settings.run.workflow_config_overrides == {"precision": 2}
+    assert settings.run.grader_config is None
+    assert settings.run.grader_config_overrides == {"name": "g"}
     config = load_components(settings.model_copy(update={"grader_config_overrides": {}}))
     assert isinstance(config.workflow_config, CalculatorConfig)
     assert config.workflow_config.precision == 2
@@ -302,7 +319,10 @@ def test_a_workflow_config_table_names_an_instance_and_overrides_it(tmp_path: Pa
 
 def test_a_workflow_config_string_is_a_plain_path(tmp_path: Path) -> None:
     settings = resolve(tmp_path, file='workflow_config = "m:config"\n')
-    assert (settings.workflow_config, settings.workflow_config_overrides) == ("m:config", {})
+    assert (settings.run.workflow_config, settings.run.workflow_config_overrides) == (
+        "m:config",
+        {},
+    )
 
 
 def test_the_command_line_instance_keeps_the_file_overrides(tmp_path: Path) -> None:
@@ -311,8 +331,8 @@ def test_the_command_line_instance_keeps_the_file_overrides(tmp_path: Path) -> N
         cli={"workflow_config": "other:config"},
         file='[workflow_config]\nfrom = "m:config"\nprecision = 2\n',
     )
-    assert settings.workflow_config == "other:config"
-    assert settings.workflow_config_overrides == {"precision": 2}
+    assert settings.run.workflow_config == "other:config"
+    assert settings.run.workflow_config_overrides == {"precision": 2}
 
 
 CALC = 'workflow = "osmosis_run.examples.calculator:CalculatorAgent"\n'
@@ -358,12 +378,15 @@ def test_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
         'junit = "j.xml"\nbaseline = "/abs/base"\n',
     )
     settings = resolve_settings({}, config_file=path, environ={})
-    assert settings.dataset == str(folder / "data" / "x.jsonl")
-    assert settings.out == str(folder / "runs" / "one")
-    assert settings.runs_dir == str(folder / "runs")
-    assert (settings.html, settings.junit) == (str(folder / "r.html"), str(folder / "j.xml"))
-    assert settings.baseline == "/abs/base"
-    assert settings.import_paths == [str(folder)]
+    assert settings.run.dataset == str(folder / "data" / "x.jsonl")
+    assert settings.output.out == str(folder / "runs" / "one")
+    assert settings.output.runs_dir == str(folder / "runs")
+    assert (settings.after.html, settings.after.junit) == (
+        str(folder / "r.html"),
+        str(folder / "j.xml"),
+    )
+    assert settings.after.baseline == "/abs/base"
+    assert settings.run.import_paths == [str(folder)]
 
 
 def test_paths_of_a_relative_config_file_stay_relative(
@@ -373,24 +396,24 @@ def test_paths_of_a_relative_config_file_stay_relative(
     (tmp_path / "conf").mkdir()
     write_config(tmp_path / "conf", 'dataset = "x.jsonl"\n')
     settings = resolve_settings({}, config_file=Path("conf/eval.toml"), environ={})
-    assert settings.dataset == os.path.join("conf", "x.jsonl")
-    assert settings.import_paths == [str(tmp_path / "conf")]
+    assert settings.run.dataset == os.path.join("conf", "x.jsonl")
+    assert settings.run.import_paths == [str(tmp_path / "conf")]
 
 
 def test_stdin_stays_stdin(tmp_path: Path) -> None:
-    assert resolve(tmp_path, file='dataset = "-"\n').dataset == "-"
+    assert resolve(tmp_path, file='dataset = "-"\n').run.dataset == "-"
 
 
 def test_command_line_paths_are_not_moved(tmp_path: Path) -> None:
     settings = resolve(tmp_path, cli={"dataset": "x.jsonl"}, file='dataset = "y.jsonl"\n')
-    assert settings.dataset == "x.jsonl"
+    assert settings.run.dataset == "x.jsonl"
 
 
 def test_import_paths_set_in_the_file_replace_its_folder(tmp_path: Path) -> None:
     settings = resolve(tmp_path, file='import_paths = ["src", ".", "/opt/flows"]\n')
-    assert settings.import_paths == [str(tmp_path / "src"), str(tmp_path), "/opt/flows"]
-    assert resolve(tmp_path, file="import_paths = []\n").import_paths == []
-    assert resolve(tmp_path).import_paths == []
+    assert settings.run.import_paths == [str(tmp_path / "src"), str(tmp_path), "/opt/flows"]
+    assert resolve(tmp_path, file="import_paths = []\n").run.import_paths == []
+    assert resolve(tmp_path).run.import_paths == []
 
 
 # --- option forms ------------------------------------------------------------------------------
@@ -416,12 +439,14 @@ def test_concurrency_forms(value: str | int | None, want: int | str | None) -> N
 
 @pytest.mark.parametrize("value", [0, "0", "unlimited", "UNLIMITED", "inf"])
 def test_unlimited_has_one_spelling_in_the_settings(value: str | int) -> None:
-    assert EvalSettings.model_validate({"concurrency": value}).concurrency == "unlimited"
+    assert EvalSettings.model_validate({"concurrency": value}).execution.concurrency == "unlimited"
 
 
 def test_unlimited_concurrency_from_a_file(tmp_path: Path) -> None:
-    assert resolve(tmp_path, file='concurrency = "unlimited"\n').concurrency == "unlimited"
-    assert resolve(tmp_path, file="concurrency = 0\n").concurrency == "unlimited"
+    assert (
+        resolve(tmp_path, file='concurrency = "unlimited"\n').execution.concurrency == "unlimited"
+    )
+    assert resolve(tmp_path, file="concurrency = 0\n").execution.concurrency == "unlimited"
 
 
 @pytest.mark.parametrize(
@@ -435,7 +460,7 @@ def test_unlimited_concurrency_from_a_file(tmp_path: Path) -> None:
     ],
 )
 def test_rows_and_shard_are_parsed_by_the_settings(key: str, spec: str, want: Any) -> None:
-    assert getattr(EvalSettings.model_validate({key: spec}), key) == want
+    assert option_of(EvalSettings.model_validate({key: spec}), key) == want
 
 
 @pytest.mark.parametrize(
@@ -458,8 +483,8 @@ def test_a_bad_rows_or_shard_spec_fails_at_resolve_time(
 
 def test_the_api_key_is_a_secret(tmp_path: Path) -> None:
     settings = resolve(tmp_path, cli={"api_key": "sk-very-secret-1"})
-    assert settings.api_key is not None
-    assert settings.api_key.get_secret_value() == "sk-very-secret-1"
+    assert settings.execution.api_key is not None
+    assert settings.execution.api_key.get_secret_value() == "sk-very-secret-1"
     assert "sk-very-secret-1" not in repr(settings)
     assert "sk-very-secret-1" not in str(settings.model_dump())
     assert "sk-very-secret-1" not in settings.model_dump_json()
@@ -509,12 +534,12 @@ def test_malformed_fail_under(spec: str) -> None:
 def test_fail_under_from_each_source(tmp_path: Path) -> None:
     pass_rate, mean = Gate(metric="pass_rate", threshold=0.9), Gate(metric="mean", threshold=0.5)
     cli = resolve(tmp_path, cli={"fail_under": ["pass_rate=0.9", "0.5"]})
-    assert cli.fail_under == [pass_rate, mean]
+    assert cli.after.fail_under == [pass_rate, mean]
     listed = resolve(tmp_path, file='fail_under = ["pass_rate=0.9", "mean=0.5"]\n')
-    assert listed.fail_under == [pass_rate, mean]
+    assert listed.after.fail_under == [pass_rate, mean]
     table = resolve(tmp_path, file="[fail_under]\npass_rate = 0.9\nmean = 0.5\n")
-    assert table.fail_under == [pass_rate, mean]
-    assert resolve(tmp_path, file='fail_under = "0.5"\n').fail_under == [mean]
+    assert table.after.fail_under == [pass_rate, mean]
+    assert resolve(tmp_path, file='fail_under = "0.5"\n').after.fail_under == [mean]
 
 
 @pytest.mark.parametrize(
@@ -570,7 +595,7 @@ def test_malformed_max_error_rate(value: str, message: str) -> None:
 
 @pytest.mark.parametrize("value", ["metadata.topic", "metadata.a.b"])
 def test_group_by_takes_a_metadata_key(value: str) -> None:
-    assert EvalSettings(group_by=value).group_by == value
+    assert EvalSettings(group_by=value).after.group_by == value
 
 
 @pytest.mark.parametrize("value", ["topic", "metadata.", "meta.topic"])
@@ -590,9 +615,9 @@ def absolute(settings: EvalSettings) -> EvalSettings:
     paths = {
         key: os.path.abspath(value)
         for key in ("dataset", "out", "runs_dir", "html", "junit", "baseline")
-        if isinstance(value := getattr(settings, key), str) and value != "-"
+        if isinstance(value := option_of(settings, key), str) and value != "-"
     }
-    folders = [os.path.abspath(folder) for folder in settings.import_paths]
+    folders = [os.path.abspath(folder) for folder in settings.run.import_paths]
     return settings.model_copy(update={**paths, "import_paths": folders})
 
 
@@ -647,8 +672,8 @@ def test_settings_to_toml_round_trips_every_saved_option(tmp_path: Path) -> None
 def test_a_count_budget_stays_a_count(tmp_path: Path) -> None:
     text = settings_to_toml(EvalSettings(max_error_rate=3), run_dir=tmp_path)
     again = resolve_settings({}, config_file=write_config(tmp_path, text), environ={})
-    assert again.max_error_rate == 3
-    assert type(again.max_error_rate) is int
+    assert again.after.max_error_rate == 3
+    assert type(again.after.max_error_rate) is int
 
 
 def test_a_real_run_toml_gives_the_same_settings_and_resumes(cli: Cli, tmp_path: Path) -> None:
@@ -668,3 +693,106 @@ def test_a_real_run_toml_gives_the_same_settings_and_resumes(cli: Cli, tmp_path:
     )
     assert (tmp_path / "run" / "results.jsonl").read_bytes() == before
     assert len(results(tmp_path / "run")) == 300
+
+
+# --- the groups ----------------------------------------------------------------------------
+
+# Every option's flat name, as users write it (CLI option, OSMOSIS_RUN_* variable, config key).
+FLAT_NAMES = {
+    "run": [
+        "dataset", "workflow", "grader", "workflow_config", "grader_config",
+        "workflow_config_overrides", "grader_config_overrides", "import_paths", "samples",
+        "limit", "offset", "rows", "ids", "shuffle", "seed", "shard",
+    ],
+    "execution": [
+        "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
+        "api_key",
+    ],
+    "output": ["out", "runs_dir", "fresh", "retry_failed", "jsonl", "no_messages"],
+    "after": [
+        "pass_threshold", "fail_under", "max_error_rate", "group_by", "html", "junit",
+        "baseline", "fail_on_regression", "dry_run",
+    ],
+}  # fmt: skip
+
+
+def test_every_flat_name_has_one_group() -> None:
+    assert {name: group for group, names in FLAT_NAMES.items() for name in names} == GROUP_OF
+
+
+def test_flat_keys_are_put_into_their_groups() -> None:
+    flat = EvalSettings.model_validate(
+        {"dataset": "d.jsonl", "shard": "0/2", "concurrency": 3, "out": "o", "html": "r.html"}
+    )
+    grouped = EvalSettings(
+        run=RunSpec(dataset="d.jsonl", shard=(0, 2)),
+        execution=Execution(concurrency=3),
+        output=Output(out="o"),
+        after=AfterRun(html="r.html"),
+    )
+    assert flat == grouped
+    assert (flat.run.shard, flat.execution.concurrency, flat.output.out) == ((0, 2), 3, "o")
+    assert EvalSettings(samples=2, run=RunSpec(seed=7)).run == RunSpec(samples=2, seed=7)
+
+
+def test_model_copy_takes_flat_keys() -> None:
+    settings = EvalSettings(samples=2, fresh=False)
+    copied = settings.model_copy(update={"fresh": True, "samples": 3})
+    assert (copied.output.fresh, copied.run.samples) == (True, 3)
+    assert (settings.output.fresh, settings.run.samples) == (False, 2)
+
+
+def test_an_unknown_key_is_refused_by_its_flat_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(tmp_path, cli={"samples": "0"})
+    assert str(caught.value) == (
+        "--samples (command line): Input should be greater than or equal to 1 (got '0')"
+    )
+    with pytest.raises(ValidationError):
+        EvalSettings.model_validate({"sample": 2})
+
+
+def test_the_fingerprint_keeps_its_json(tmp_path: Path) -> None:
+    """Run directories made before the settings were grouped must still resume."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "p"}\n', encoding="utf-8")
+    settings = EvalSettings.model_validate(
+        {
+            "dataset": str(data),
+            "workflow": "eval_flows:Echo",
+            "grader": "eval_flows:ExactMatch",
+            "workflow_config": "eval_flows:two_at_once",
+            "samples": 2,
+            "rows": "0-3",
+            "seed": 5,
+            "concurrency": 9,
+            "html": "r.html",
+        }
+    )
+    components = load_components(settings)
+    fingerprint = build_fingerprint(
+        settings, selection_of(settings), components.workflow, components.grader
+    )
+    assert fingerprint == {
+        "dataset": sha256_file(str(data)),
+        "workflow": "eval_flows:Echo",
+        "workflow_source": source_hash(components.workflow),
+        "grader": "eval_flows:ExactMatch",
+        "grader_source": source_hash(components.grader),
+        "workflow_config": ["eval_flows:two_at_once", {}],
+        "grader_config": [None, {}],
+        "samples": 2,
+        "selection": {
+            "offset": 0,
+            "limit": None,
+            "rows": [[0, 3]],
+            "ids": None,
+            "shard": None,
+            "shuffle": False,
+            "seed": 5,
+        },
+    }
+    assert list(fingerprint) == [
+        "dataset", "workflow", "workflow_source", "grader", "grader_source",
+        "workflow_config", "grader_config", "samples", "selection",
+    ]  # fmt: skip

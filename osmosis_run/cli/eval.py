@@ -184,16 +184,16 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
 
     try:
         settings = options.resolve(values, config)
-        if settings.dry_run:
+        if settings.after.dry_run:
             from osmosis_run.cli.validate import run_validate
 
             return run_validate(settings)
-        check_targets(settings)
+        check_targets(settings.after)
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
     _say_if_unredacted(settings)
-    with _results_channel(jsonl=settings.jsonl) as results:
+    with _results_channel(jsonl=settings.output.jsonl) as results:
         return _run(settings, results)
 
 
@@ -206,7 +206,7 @@ def _run(settings: EvalSettings, results: BinaryIO | None) -> int:
     from osmosis_run.run.scheduler import Scheduler, run_to_completion
 
     try:
-        reporter = render.make_reporter(jsonl=settings.jsonl, out=results)
+        reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results)
         plan = prepare(settings)
         runner = Scheduler.open(plan, executor_for(plan), reporter=reporter)
         reporter.on_stdout_closed = runner.stop
@@ -247,8 +247,7 @@ def _say_if_unredacted(settings: EvalSettings) -> None:
     from osmosis_run._redact import MIN_SECRET_LENGTH, Redactor
     from osmosis_run.cli import render
 
-    key = settings.api_key.get_secret_value() if settings.api_key else None
-    if Redactor((key,)).too_short:
+    if Redactor((settings.execution.api_key_value(),)).too_short:
         render.print_unredacted_key(MIN_SECRET_LENGTH)
 
 
@@ -378,7 +377,7 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
         return exit_codes.INTERRUPTED
     try:
         finish = finish_run(
-            settings,
+            settings.after,
             outcome.summary,
             outcome.run_dir,
             on_comparison=render.print_comparison,

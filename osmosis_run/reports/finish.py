@@ -22,7 +22,7 @@ from osmosis_run.results.compare import Comparison, compare_runs, regression_ver
 from osmosis_run.results.gates import Verdict, check_error_budget, check_gates
 from osmosis_run.results.records import Summary
 from osmosis_run.results.rundata import RunData
-from osmosis_run.run.settings import EvalSettings
+from osmosis_run.run.settings import AfterRun
 from osmosis_run.store.layout import RESULTS, RUN_CONFIG
 
 __all__ = [
@@ -63,18 +63,18 @@ class Finish:
     ending: Ending
 
 
-def check_targets(settings: EvalSettings) -> None:
+def check_targets(after: AfterRun) -> None:
     """Refuse report targets and a baseline that cannot work, before anything runs.
 
     Raises:
         ConfigError: ``--html`` or ``--junit`` is a directory, or under a file.
         RunDirError: ``--baseline`` is not a run directory.
     """
-    for option, target in (("--html", settings.html), ("--junit", settings.junit)):
+    for option, target in (("--html", after.html), ("--junit", after.junit)):
         if target is not None:
             _check_target(option, target)
-    if settings.baseline is not None:
-        _check_baseline(Path(settings.baseline))
+    if after.baseline is not None:
+        _check_baseline(Path(after.baseline))
 
 
 def _check_target(option: str, target: str) -> None:
@@ -100,7 +100,7 @@ def _check_baseline(base: Path) -> None:
 
 
 def finish_run(
-    settings: EvalSettings,
+    after: AfterRun,
     summary: Summary,
     run_dir: Path,
     *,
@@ -115,39 +115,43 @@ def finish_run(
     Raises:
         OsmosisRunError: the run or the baseline cannot be read, or a report cannot be written.
     """
-    budget = check_error_budget(summary, settings.max_error_rate)
-    gates = check_gates(summary, settings.fail_under)
-    run = _read_back(settings, run_dir)
-    regression = _baseline_verdicts(settings, run, on_comparison)
+    budget = check_error_budget(summary, after.max_error_rate)
+    gates = check_gates(summary, after.fail_under)
+    run = _read_back(after, run_dir)
+    regression = _baseline_verdicts(after, run, on_comparison)
     verdicts = [*gates, *regression, budget]
     if run is not None:
         write_report_files(
-            run, junit=settings.junit, html=settings.html, summary=summary, on_written=on_written
+            run,
+            junit=after.junit,
+            html=after.html,
+            summary=summary,
+            on_written=on_written,
         )
     title = f"osmosis-run eval: {run_dir.name}"
     append_step_summary(markdown_summary(summary, verdicts, run_dir=run_dir, title=title))
     return Finish(verdicts=verdicts, ending=_ending(budget, [*gates, *regression]))
 
 
-def _read_back(settings: EvalSettings, run_dir: Path) -> RunData | None:
-    if settings.baseline is None and settings.junit is None and settings.html is None:
+def _read_back(after: AfterRun, run_dir: Path) -> RunData | None:
+    if after.baseline is None and after.junit is None and after.html is None:
         return None
-    return open_run(run_dir, pass_threshold=settings.pass_threshold, group_by=settings.group_by)
+    return open_run(run_dir, pass_threshold=after.pass_threshold, group_by=after.group_by)
 
 
 def _baseline_verdicts(
-    settings: EvalSettings, run: RunData | None, on_comparison: OnComparison
+    after: AfterRun, run: RunData | None, on_comparison: OnComparison
 ) -> list[Verdict]:
     """``--baseline``: compare this run with an earlier one, as ``osmosis-run compare`` does."""
-    if settings.baseline is None or run is None:
+    if after.baseline is None or run is None:
         return []
     comparison = compare_runs(
-        open_run(Path(settings.baseline)), run, pass_threshold=settings.pass_threshold
+        open_run(Path(after.baseline)), run, pass_threshold=after.pass_threshold
     )
     on_comparison(comparison)
-    if settings.fail_on_regression is None:
+    if after.fail_on_regression is None:
         return []
-    return [regression_verdict(comparison, settings.fail_on_regression)]
+    return [regression_verdict(comparison, after.fail_on_regression)]
 
 
 def _ending(budget: Verdict, rules: Sequence[Verdict]) -> Ending:

@@ -57,7 +57,7 @@ from osmosis_run.results import outcome
 from osmosis_run.results.compare import Comparison, Delta, compare_runs
 from osmosis_run.results.records import STATUSES, ResultLine
 from osmosis_run.results.rundata import RunData
-from osmosis_run.store.layout import ROLLOUTS
+from osmosis_run.store.layout import ARTIFACTS, RESULT_JSON, ROLLOUTS, TRAJECTORY_JSON
 from osmosis_run.store.rundata import load_run
 
 __all__ = [
@@ -343,7 +343,7 @@ def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
     row.update(_files(where))
     messages = line.messages
     if outcome.is_error(line.status) or line.error_message is not None:
-        details = _error_details(os.path.join(where, "result.json"))
+        details = _error_details(os.path.join(where, RESULT_JSON))
         row.update({k: v for k, v in details.items() if k != "prompt"})
         if messages is None and details.get("prompt"):
             messages, row["tp"] = details["prompt"], True
@@ -383,10 +383,10 @@ def _files(where: str) -> dict[str, Any]:
             names = {entry.name for entry in entries}
     except OSError:
         return {}
-    flags = ("r" if "result.json" in names else "") + ("t" if "trajectory.json" in names else "")
+    flags = ("r" if RESULT_JSON in names else "") + ("t" if TRAJECTORY_JSON in names else "")
     found: dict[str, Any] = {"f": flags}
-    if "artifacts" in names:
-        artifacts = _artifacts(os.path.join(where, "artifacts"))
+    if ARTIFACTS in names:
+        artifacts = _artifacts(os.path.join(where, ARTIFACTS))
         if artifacts:
             found["af"] = artifacts[:MAX_ARTIFACTS]
             if len(artifacts) > MAX_ARTIFACTS:

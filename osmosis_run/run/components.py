@@ -54,13 +54,13 @@ def check_inputs(settings: EvalSettings) -> str:
         ConfigError: no dataset or no workflow.
         DatasetError: the dataset does not exist, is a directory, or cannot be read.
     """
-    if not settings.dataset:
+    if not settings.run.dataset:
         raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
-    if not settings.workflow:
+    if not settings.run.workflow:
         raise ConfigError("no workflow: give --workflow module:Class")
-    if settings.dataset != "-":
-        _check_readable(settings.dataset)
-    return settings.dataset
+    if settings.run.dataset != "-":
+        _check_readable(settings.run.dataset)
+    return settings.run.dataset
 
 
 def _check_readable(dataset: str) -> None:
@@ -97,15 +97,18 @@ def load_components(settings: EvalSettings) -> Components:
         ConfigError: no workflow, or a ``[workflow_config]`` / ``[grader_config]`` override is
             unknown or ill-typed.
     """
-    s = settings
+    s = settings.run
     if not s.workflow:
         raise ConfigError("no workflow: give --workflow module:Class")
-    add_import_paths(s)
+    add_import_paths(settings)
     return Components(
         workflow=load_class(s.workflow, AgentWorkflow, role="--workflow"),
         grader=load_class(s.grader, Grader, role="--grader") if s.grader else None,
         workflow_config=load_config(
-            s.workflow_config, s.workflow_config_overrides, AgentWorkflowConfig, "workflow_config"
+            s.workflow_config,
+            s.workflow_config_overrides,
+            AgentWorkflowConfig,
+            "workflow_config",
         ),
         grader_config=load_config(
             s.grader_config, s.grader_config_overrides, GraderConfig, "grader_config"
@@ -115,7 +118,7 @@ def load_components(settings: EvalSettings) -> Components:
 
 def add_import_paths(settings: EvalSettings) -> None:
     """Make the settings' ``import_paths`` importable (a config file's folder, first)."""
-    for folder in reversed(settings.import_paths):
+    for folder in reversed(settings.run.import_paths):
         if folder not in sys.path:
             sys.path.insert(0, folder)
 
@@ -157,7 +160,7 @@ def load_config(
 
 def selection_of(settings: EvalSettings) -> Selection:
     """The row selection of the settings (``--rows`` and ``--shard`` are parsed already)."""
-    s = settings
+    s = settings.run
     return Selection(
         offset=s.offset,
         limit=s.limit,

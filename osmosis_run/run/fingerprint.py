@@ -43,14 +43,14 @@ def build_fingerprint(
     """The inputs that decide a run's results, as plain JSON values."""
     s = settings
     return {
-        "dataset": _dataset_entry(s.dataset or "-"),
-        "workflow": s.workflow,
+        "dataset": _dataset_entry(s.run.dataset or "-"),
+        "workflow": s.run.workflow,
         "workflow_source": source_hash(workflow),
-        "grader": s.grader,
+        "grader": s.run.grader,
         "grader_source": source_hash(grader),
-        "workflow_config": [s.workflow_config, s.workflow_config_overrides],
-        "grader_config": [s.grader_config, s.grader_config_overrides],
-        "samples": s.samples,
+        "workflow_config": [s.run.workflow_config, s.run.workflow_config_overrides],
+        "grader_config": [s.run.grader_config, s.run.grader_config_overrides],
+        "samples": s.run.samples,
         "selection": json.loads(selection.model_dump_json()),
     }
 
@@ -66,5 +66,5 @@ def default_run_dir(settings: EvalSettings, fingerprint: dict[str, Any]) -> Path
     """``runs/<dataset-stem>-<8 hex of the fingerprint>``."""
     text = json.dumps(fingerprint, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    stem = "stdin" if settings.dataset in (None, "-") else Path(settings.dataset or "").stem
-    return Path(settings.runs_dir) / f"{stem}-{digest}"
+    stem = "stdin" if settings.run.dataset in (None, "-") else Path(settings.run.dataset or "").stem
+    return Path(settings.output.runs_dir) / f"{stem}-{digest}"

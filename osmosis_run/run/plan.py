@@ -58,7 +58,9 @@ def prepare(settings: EvalSettings) -> Plan:
     selection = selection_of(settings)
     components = load_components(settings)
     fingerprint = build_fingerprint(settings, selection, components.workflow, components.grader)
-    run_dir = Path(settings.out) if settings.out else default_run_dir(settings, fingerprint)
+    run_dir = (
+        Path(settings.output.out) if settings.output.out else default_run_dir(settings, fingerprint)
+    )
     return Plan(
         settings=settings,
         dataset=dataset,
@@ -66,17 +68,17 @@ def prepare(settings: EvalSettings) -> Plan:
         components=components,
         fingerprint=fingerprint,
         run_dir=run_dir,
-        planned=count_planned(dataset, selection, settings.samples),
+        planned=count_planned(dataset, selection, settings.run.samples),
         concurrency=_concurrency(settings, components),
     )
 
 
 def _concurrency(settings: EvalSettings, components: Components) -> int | None:
     """``--concurrency`` (``UNLIMITED``: no limit), else the workflow config's, else the default."""
-    if settings.concurrency == UNLIMITED:
+    if settings.execution.concurrency == UNLIMITED:
         return None
-    if settings.concurrency is not None:
-        return settings.concurrency
+    if settings.execution.concurrency is not None:
+        return settings.execution.concurrency
     if components.workflow_config is not None:
         return components.workflow_config.concurrency.max_concurrent
     return DEFAULT_MAX_CONCURRENT

@@ -473,14 +473,14 @@ class Scheduler:
         # A complete run's summary.json, when it is resumed with nothing left to do.
         self._kept: Summary | None = None
         self._endpoint = RolloutContext(
-            chat_completions_url=self.settings.chat_completions_url or "",
-            api_key=self.settings.api_key.get_secret_value() if self.settings.api_key else None,
+            chat_completions_url=self.settings.execution.chat_completions_url or "",
+            api_key=self.settings.execution.api_key_value(),
         )
         self._running: dict[str, float] = {}  # rollout id -> when it started: O(concurrency)
         self._metrics = MetricsAccumulator(
-            pass_threshold=self.settings.pass_threshold,
-            samples=self.settings.samples,
-            group_by=self.settings.group_by,
+            pass_threshold=self.settings.after.pass_threshold,
+            samples=self.settings.run.samples,
+            group_by=self.settings.after.group_by,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._orphans: set[asyncio.Future[Any]] = set()  # abandoned user code, maybe running
@@ -515,8 +515,9 @@ class Scheduler:
             OsmosisRunError: the run directory cannot be used (exit code 2).
         """
         s = plan.settings
-        store = RunStore(plan.run_dir, secrets=(s.api_key.get_secret_value(),) if s.api_key else ())
-        store.open(plan.fingerprint, fresh=s.fresh)
+        key = s.execution.api_key_value()
+        store = RunStore(plan.run_dir, secrets=(key,) if key else ())
+        store.open(plan.fingerprint, fresh=s.output.fresh)
         try:
             scheduler = cls(plan, executor, store, **options)
             scheduler._resume()
@@ -536,7 +537,7 @@ class Scheduler:
             self._kept_failures = self._kept.errors
         else:
             self.store.load_finished(
-                drop_failed=self.settings.retry_failed, on_line=self._resume_line
+                drop_failed=self.settings.output.retry_failed, on_line=self._resume_line
             )
             self._resumed = len(self._finished)
 
@@ -546,7 +547,7 @@ class Scheduler:
         self._metrics.add(line)
         if is_error(line.status):
             self._kept_failures += 1
-        if self.settings.jsonl:
+        if self.settings.output.jsonl:
             self._earlier.append(raw)
 
     def _kept_summary(self) -> Summary | None:
@@ -558,7 +559,7 @@ class Scheduler:
         With ``--jsonl`` the results are read anyway, to be streamed.
         """
         s, store = self.settings, self.store
-        if s.retry_failed or s.jsonl or self.planned is None:
+        if s.output.retry_failed or s.output.jsonl or self.planned is None:
             return None
         kept = store.current_summary()
         if (
@@ -566,9 +567,9 @@ class Scheduler:
             or not kept.complete
             or kept.interrupted
             or kept.rollouts != self.planned
-            or kept.pass_threshold != s.pass_threshold
-            or kept.group_by != s.group_by
-            or kept.samples_per_row != s.samples
+            or kept.pass_threshold != s.after.pass_threshold
+            or kept.group_by != s.after.group_by
+            or kept.samples_per_row != s.run.samples
         ):
             return None
         return kept
@@ -576,7 +577,7 @@ class Scheduler:
     @property
     def concurrency(self) -> int | None:
         """Rollouts in flight at most (None: no limit)."""
-        if self.settings.concurrency is not None:
+        if self.settings.execution.concurrency is not None:
             return self.plan.concurrency
         return self.executor.limit
 
@@ -668,9 +669,9 @@ class Scheduler:
     def _durable_summary(self) -> Summary:
         """The summary of the results that reached results.jsonl (after a failure)."""
         metrics = MetricsAccumulator(
-            pass_threshold=self.settings.pass_threshold,
-            samples=self.settings.samples,
-            group_by=self.settings.group_by,
+            pass_threshold=self.settings.after.pass_threshold,
+            samples=self.settings.run.samples,
+            group_by=self.settings.after.group_by,
         )
         seen: set[str] = set()
         for line in read_results(self.store.dir):
@@ -734,7 +735,7 @@ class Scheduler:
         ahead: deque[Job] = deque()
         batch: list[Job] = []
         prefetch = self.executor.local_artifacts and self.store.writer_process
-        lookahead = LOOKAHEAD if prefetch and not is_stream(self.settings.dataset or "-") else 0
+        lookahead = LOOKAHEAD if prefetch and not is_stream(self.settings.run.dataset or "-") else 0
         while (jobs := await self._next_jobs(feed)) is not None:
             for job in jobs:
                 ahead.append(job)
@@ -826,7 +827,7 @@ class Scheduler:
     async def _tick(self) -> None:
         """Every few milliseconds: hand finished rollouts to the writer; watch for stalls."""
         warned: set[str] = set()
-        watch = self.reporter is not None and self.settings.agent_timeout is None
+        watch = self.reporter is not None and self.settings.execution.agent_timeout is None
         next_check = time.perf_counter() + min(STALL_CHECK_S, self.stall_after_s / 2)
         while True:
             await asyncio.sleep(TICK_S)
@@ -853,7 +854,7 @@ class Scheduler:
         Raises:
             DatasetError: a row differs from the row an earlier invocation recorded for it.
         """
-        dataset = self.settings.dataset
+        dataset = self.settings.run.dataset
         assert dataset is not None
         if self.planned is not None and self._resumed >= self.planned:
             return  # all finished before: the fingerprint pins the dataset and the selection
@@ -861,11 +862,11 @@ class Scheduler:
         try:
             rows = iter_rows(dataset, source=source, on_wait=on_wait)
             for row in select(rows, self.selection):
-                for k in range(self.settings.samples):
+                for k in range(self.settings.run.samples):
                     rid = rollout_id(row.part, k)
                     recorded = self._finished.get(rid, _UNRECORDED)
                     if recorded is _UNRECORDED:
-                        yield Job(row, k, rid, rollout_seed(self.settings.seed, row.key, k))
+                        yield Job(row, k, rid, rollout_seed(self.settings.run.seed, row.key, k))
                     elif recorded is not None and recorded != row.digest:
                         raise DatasetError(_changed_row(dataset, row.line, rid))
         finally:
@@ -890,8 +891,8 @@ class Scheduler:
                 outcome,
                 timings,
                 attempts,
-                pass_threshold=self.settings.pass_threshold,
-                messages=not self.settings.no_messages,
+                pass_threshold=self.settings.after.pass_threshold,
+                messages=not self.settings.output.no_messages,
             )
             self._record(job, line, result=outcome, request=request, timings=timings)
 
@@ -907,7 +908,7 @@ class Scheduler:
             await job.dirs.wait()
         request = self._request(job)
         self._running[job.rollout_id] = time.perf_counter()
-        attempts = self.settings.retries + 1
+        attempts = self.settings.execution.retries + 1
         attempt = lost = 0
         while True:
             attempt += 1
@@ -953,8 +954,8 @@ class Scheduler:
             prompt=row.prompt or [],  # the backend hands each workflow and grader its own copy
             label=row.label,
             metadata=row.metadata,
-            agent_timeout_sec=s.agent_timeout,
-            grader_timeout_sec=s.grader_timeout,
+            agent_timeout_sec=s.execution.agent_timeout,
+            grader_timeout_sec=s.execution.grader_timeout,
             grade=True,
         )
 

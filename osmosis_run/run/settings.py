@@ -1,5 +1,11 @@
 """The options of ``osmosis-run eval`` as one model, and where each value comes from.
 
+``EvalSettings`` groups the options by what they are about: ``run`` (what the run is, the
+inputs of its fingerprint), ``execution`` (how its rollouts execute), ``output`` (where it
+writes and how it resumes) and ``after`` (how it is judged and reported). Users never see the
+groups: every option keeps its flat name on the command line, in ``OSMOSIS_RUN_*`` variables,
+in config files and ``run.toml``, and in ``EvalSettings.model_validate({"samples": 2})``.
+
 Precedence, highest first (tested pair by pair):
 
     1. the command line
@@ -30,7 +36,7 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 import tomli_w
 from pydantic import (
@@ -41,6 +47,7 @@ from pydantic import (
     ValidationError,
     field_serializer,
     field_validator,
+    model_validator,
 )
 
 from osmosis_run.errors import ConfigError
@@ -49,9 +56,14 @@ from osmosis_run.run.selection import parse_rows_spec, parse_shard
 
 __all__ = [
     "ENV_PREFIX",
+    "GROUP_OF",
     "UNLIMITED",
+    "AfterRun",
     "Concurrency",
     "EvalSettings",
+    "Execution",
+    "Output",
+    "RunSpec",
     "Gate",
     "load_config_file",
     "parse_concurrency",
@@ -69,10 +81,12 @@ Concurrency = int | Literal["unlimited"] | None
 _Count = Annotated[int, Field(ge=0)]
 
 
-class EvalSettings(BaseModel):
-    """Everything one ``osmosis-run eval`` needs, resolved from all sources."""
-
+class _Group(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class RunSpec(_Group):
+    """What the run is: its inputs and its selection (what the fingerprint is made from)."""
 
     dataset: str | None = None
     workflow: str | None = None
@@ -82,8 +96,6 @@ class EvalSettings(BaseModel):
     workflow_config_overrides: dict[str, Any] = Field(default_factory=dict)
     grader_config_overrides: dict[str, Any] = Field(default_factory=dict)
     import_paths: list[str] = Field(default_factory=list)
-    out: str | None = None
-    runs_dir: str = "runs"
     samples: int = Field(1, ge=1)
     limit: int | None = Field(None, ge=0, le=sys.maxsize)
     offset: int = Field(0, ge=0, le=sys.maxsize)
@@ -92,32 +104,6 @@ class EvalSettings(BaseModel):
     shuffle: bool = False
     seed: int = 0
     shard: tuple[int, int] | None = None
-    concurrency: _Count | Literal["unlimited"] | None = None
-    agent_timeout: float | None = Field(None, gt=0)
-    grader_timeout: float | None = Field(None, gt=0)
-    retries: int = Field(0, ge=0)
-    chat_completions_url: str | None = None
-    api_key: SecretStr | None = Field(None, repr=False, exclude=True)
-    pass_threshold: float = 1.0
-    fail_under: list[Gate] = Field(default_factory=list)
-    max_error_rate: float | int = 0
-    fresh: bool = False
-    retry_failed: bool = False
-    jsonl: bool = False
-    no_messages: bool = False
-    group_by: str | None = None
-    html: str | None = None
-    junit: str | None = None
-    baseline: str | None = None
-    fail_on_regression: float | None = None
-    dry_run: bool = False
-
-    @field_validator("pass_threshold")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("must be a finite number")
-        return value
 
     @field_validator("limit", "offset", mode="before")
     @classmethod
@@ -139,31 +125,6 @@ class EvalSettings(BaseModel):
     def _shard_spec(cls, value: Any) -> Any:
         if isinstance(value, str):
             return parse_shard(value) if value.strip() else None
-        return value
-
-    @field_validator("concurrency", mode="before")
-    @classmethod
-    def _one_unlimited(cls, value: Any) -> Any:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # TOML's `concurrency = 0.0`
-        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-            value = parse_concurrency(value)
-        return value
-
-    @field_validator("max_error_rate", mode="before")
-    @classmethod
-    def _error_budget(cls, value: Any) -> Any:
-        return parse_error_budget(value) if isinstance(value, str | int | float) else value
-
-    @field_validator("fail_under", mode="before")
-    @classmethod
-    def _gates(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, dict):  # a config file's table: {pass_rate = 0.9}
-            return [parse_gate(f"{k}={v}") for k, v in value.items()]
-        if isinstance(value, list):
-            return [parse_gate(g) if isinstance(g, str) else g for g in value]
         return value
 
     @field_validator("import_paths", mode="before")
@@ -192,12 +153,157 @@ class EvalSettings(BaseModel):
     def _shard_text(self, shard: tuple[int, int] | None) -> str | None:
         return None if shard is None else f"{shard[0]}/{shard[1]}"
 
+
+class Execution(_Group):
+    """How the rollouts execute: how many at once, their deadlines and retries, the endpoint."""
+
+    concurrency: _Count | Literal["unlimited"] | None = None
+    agent_timeout: float | None = Field(None, gt=0)
+    grader_timeout: float | None = Field(None, gt=0)
+    retries: int = Field(0, ge=0)
+    chat_completions_url: str | None = None
+    api_key: SecretStr | None = Field(None, repr=False, exclude=True)
+
+    def api_key_value(self) -> str | None:
+        """The API key itself, for the one place that sends it (None when not given)."""
+        return self.api_key.get_secret_value() if self.api_key is not None else None
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _one_unlimited(cls, value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # TOML's `concurrency = 0.0`
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            value = parse_concurrency(value)
+        return value
+
+
+class Output(_Group):
+    """Where the run writes, how it resumes, and what its results lines and stdout carry."""
+
+    out: str | None = None
+    runs_dir: str = "runs"
+    fresh: bool = False
+    retry_failed: bool = False
+    jsonl: bool = False
+    no_messages: bool = False
+
+
+class AfterRun(_Group):
+    """How the run is judged and reported: the pass threshold, gates, budget, report files."""
+
+    pass_threshold: float = 1.0
+    fail_under: list[Gate] = Field(default_factory=list)
+    max_error_rate: float | int = 0
+    group_by: str | None = None
+    html: str | None = None
+    junit: str | None = None
+    baseline: str | None = None
+    fail_on_regression: float | None = None
+    dry_run: bool = False
+
+    @field_validator("pass_threshold")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("max_error_rate", mode="before")
+    @classmethod
+    def _error_budget(cls, value: Any) -> Any:
+        return parse_error_budget(value) if isinstance(value, str | int | float) else value
+
+    @field_validator("fail_under", mode="before")
+    @classmethod
+    def _gates(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, dict):  # a config file's table: {pass_rate = 0.9}
+            return [parse_gate(f"{k}={v}") for k, v in value.items()]
+        if isinstance(value, list):
+            return [parse_gate(g) if isinstance(g, str) else g for g in value]
+        return value
+
     @field_validator("group_by")
     @classmethod
     def _metadata_key(cls, value: str | None) -> str | None:
         if (value is not None and not value.startswith("metadata.")) or value == "metadata.":
             raise ValueError('must look like "metadata.KEY"')
         return value
+
+
+_GROUPS: dict[str, type[_Group]] = {
+    "run": RunSpec,
+    "execution": Execution,
+    "output": Output,
+    "after": AfterRun,
+}
+# Every option's flat name (CLI, OSMOSIS_RUN_*, config-file key) -> the group that holds it.
+GROUP_OF = {key: group for group, model in _GROUPS.items() for key in model.model_fields}
+
+
+class EvalSettings(BaseModel):
+    """Everything one ``osmosis-run eval`` needs, resolved from all sources, in four groups.
+
+    Options keep their flat names everywhere users write them: ``model_validate`` (and the
+    constructor, and ``model_copy(update=...)``) take flat keys such as ``{"samples": 2}`` and
+    put each into its group.
+
+    Attributes:
+        run: what the run is (the fingerprint is made from it).
+        execution: how its rollouts execute.
+        output: where it writes and how it resumes.
+        after: how it is judged and reported once the rollouts are done.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    run: RunSpec = Field(default_factory=RunSpec)
+    execution: Execution = Field(default_factory=Execution)
+    output: Output = Field(default_factory=Output)
+    after: AfterRun = Field(default_factory=AfterRun)
+
+    def __init__(self, **data: Any) -> None:
+        """Build from flat keys (``EvalSettings(samples=2)``) or groups, as ``model_validate``."""
+        super().__init__(**data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """Put flat keys into their groups (an unknown key stays, for ``extra`` to refuse)."""
+        if not isinstance(data, Mapping):
+            return data
+        nested: dict[str, Any] = {}
+        flat: dict[str, dict[str, Any]] = {}
+        for key, value in data.items():
+            group = GROUP_OF.get(key)
+            if group is None:
+                nested[key] = value
+            else:
+                flat.setdefault(group, {})[key] = value
+        for group, values in flat.items():
+            given = nested.get(group)  # a group given whole, and some of its keys flat too
+            if isinstance(given, BaseModel):
+                given = {k: getattr(given, k) for k in type(given).model_fields}
+            nested[group] = {**(given if isinstance(given, Mapping) else {}), **values}
+        return nested
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """As ``BaseModel.model_copy``, with flat keys in ``update`` (``{"fresh": True}``)."""
+        if update:
+            grouped = {k: v for k, v in update.items() if k not in GROUP_OF}
+            for group in _GROUPS:
+                flat = {k: v for k, v in update.items() if GROUP_OF.get(k) == group}
+                if flat:
+                    base = grouped.get(group, getattr(self, group))
+                    grouped[group] = base.model_copy(update=flat)
+            update = grouped
+        return super().model_copy(update=update, deep=deep)
+
+    def flat(self) -> dict[str, Any]:
+        """Every option by its flat name, as ``model_dump`` gives it (never the API key)."""
+        return {k: v for group in _GROUPS for k, v in getattr(self, group).model_dump().items()}
 
 
 # Config-file and environment keys that differ from field names, or take special parsing.
@@ -342,7 +448,7 @@ def _take_file_key(values: dict[str, Any], path: Path, key: str, value: Any) -> 
             values[_TABLES[key]] = overrides
         else:
             values[key] = value
-    elif key in EvalSettings.model_fields and key not in _NOT_FROM_FILE:
+    elif key in GROUP_OF and key not in _NOT_FROM_FILE:
         values[key] = value
     else:
         raise ConfigError(
@@ -370,7 +476,7 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
         if not name.startswith(ENV_PREFIX):
             continue
         key = name.removeprefix(ENV_PREFIX).lower()
-        if key not in EvalSettings.model_fields or key.endswith("_overrides"):
+        if key not in GROUP_OF or key.endswith("_overrides"):
             raise ConfigError(f"environment variable {name} is not an osmosis-run option")
         values[key] = value
     if "OSMOSIS_CHAT_COMPLETIONS_URL" in environ:
@@ -406,7 +512,8 @@ def resolve_settings(
         return EvalSettings.model_validate(merged)
     except ValidationError as exc:
         error = exc.errors()[0]
-        key = str(error["loc"][0]) if error["loc"] else "?"
+        loc = error["loc"]
+        key = str(loc[1] if len(loc) > 1 and loc[0] in _GROUPS else loc[0]) if loc else "?"
         where = origin.get(key, "defaults")
         raise ConfigError(
             f"{_option(key)} ({where}): {error['msg']} (got {error.get('input')!r})"
@@ -423,7 +530,7 @@ _NOT_SAVED = {"api_key", "fresh", "retry_failed", "dry_run", "jsonl"}
 
 def settings_to_toml(settings: EvalSettings, *, run_dir: Path) -> str:
     """The resolved settings as a config file that reproduces the run (never the API key)."""
-    data = settings.model_dump(exclude=_NOT_SAVED, exclude_none=True)
+    data = {k: v for k, v in settings.flat().items() if v is not None and k not in _NOT_SAVED}
     for key in _PATH_KEYS:
         if key in data and data[key] != "-":
             data[key] = os.path.abspath(data[key])

@@ -77,9 +77,9 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
         problems=tally.problems,
         problem_count=tally.problem_count,
         selected=selected,
-        samples=s.samples,
-        workflow=s.workflow,
-        grader=s.grader,
+        samples=s.run.samples,
+        workflow=s.run.workflow,
+        grader=s.run.grader,
     )
 
 

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from osmosis_run._redact import Redactor, register
 from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
+from osmosis_run.results.outcome import is_error
 from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.store.layout import FINGERPRINT, RESULTS, ROLLOUTS, SUMMARY
 from osmosis_run.store.writer import (
@@ -47,7 +48,6 @@ from osmosis_run.store.writer import (
 
 __all__ = ["RunStore", "infrastructure_error", "read_results", "read_summary"]
 
-_FAILED = frozenset({"failure", "timeout", "invalid"})
 
 # What an errno means for a run, in the words of its one-line message.
 _PROBLEMS = {
@@ -234,7 +234,7 @@ class RunStore:
                 if (
                     line is None
                     or line.rollout_id in finished
-                    or (drop_failed and line.status in _FAILED)
+                    or (drop_failed and is_error(line.status))
                 ):
                     dropped = True
                     continue

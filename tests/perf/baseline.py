@@ -49,6 +49,11 @@ class Baseline:
         """The venv's ``osmosis-run`` console script."""
         return self.venv / "bin" / "osmosis-run"
 
+    @property
+    def python(self) -> Path:
+        """The venv's interpreter."""
+        return self.venv / "bin" / "python"
+
     def command(self, log: Callable[[str], None]) -> list[str]:
         """The baseline's ``osmosis-run`` command, building its venv first if needed.
 
@@ -96,8 +101,14 @@ class Baseline:
             _archive(self.commit, tree)
             pins.write_text(_pins(), encoding="utf-8")
             _call([sys.executable, "-m", "venv", str(self.venv)], "python -m venv")
-            python = str(self.venv / "bin" / "python")
-            install = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            install = [
+                str(self.python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ]
             _call([*install, "--constraint", str(pins), str(tree)], f"pip install of {tree}")
         (self.venv / MANIFEST).write_text(
             json.dumps({"revision": self.revision, "commit": self.commit}) + "\n",

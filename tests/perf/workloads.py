@@ -372,6 +372,11 @@ class Bench:
             return runs["current"][-1]
 
         floor, _ = self.floor_around(rows, "W1-ram", alternate, in_memory=True)
+        # Not osmosis-run's code, and in the walls: what each environment's site costs at start.
+        startup = {
+            build: self._startup_ms(python)
+            for build, python in (("current", sys.executable), ("baseline", self.baseline.python))
+        }
         walls = {build: [run.process.wall_s for run in done] for build, done in runs.items()}
         medians = {build: statistics.median(w) for build, w in walls.items()}
 
@@ -409,8 +414,17 @@ class Bench:
             baseline_cpu_s=median_of(lambda run: run.process.cpu_s, "baseline"),
             current_rss_mib=median_of(lambda run: run.process.rss_mib, "current"),
             baseline_rss_mib=median_of(lambda run: run.process.rss_mib, "baseline"),
+            current_python_startup_ms=startup["current"],
+            baseline_python_startup_ms=startup["baseline"],
             **floor.fields(),
         )
+
+    def _startup_ms(self, python: str | Path) -> float:
+        """Median wall of ``python -c pass`` (interpreter and site start-up), in ms."""
+        runs = [self._measure([str(python), "-c", "pass"], "startup") for _ in range(REPEATS)]
+        for run in runs:
+            run.check(f"{python} -c pass")
+        return statistics.median(run.wall_s for run in runs) * 1000
 
     @property
     def baseline_name(self) -> str:
