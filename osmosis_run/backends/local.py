@@ -65,24 +65,31 @@ class LocalExecutor:
         with attempt.context:
             started = time.perf_counter()
             seconds = request.agent_timeout_sec
-            workflow: ExecutionResult = await deadlines.within(
-                "workflow",
-                seconds,
-                backend.run_workflow(request),
-                rollout_id=request.id,
-                timed_out=lambda: timed_out("workflow", seconds or 0, None),
-            )
+            workflow: ExecutionResult
+            if seconds is None:  # no deadline: no deadline machinery (the common, hot case)
+                workflow = await backend.run_workflow(request)
+            else:
+                workflow = await deadlines.within(
+                    "workflow",
+                    seconds,
+                    backend.run_workflow(request),
+                    rollout_id=request.id,
+                    timed_out=lambda: timed_out("workflow", seconds, None),
+                )
             graded_at = time.perf_counter()
             grader = None
             if backend.grading_applies(request, workflow):
                 grace = request.grader_timeout_sec
-                grader = await deadlines.within(
-                    "grader",
-                    grace,
-                    backend.run_grader(request, workflow),
-                    rollout_id=request.id,
-                    timed_out=lambda: timed_out("grader", grace or 0, workflow),
-                )
+                if grace is None:
+                    grader = await backend.run_grader(request, workflow)
+                else:
+                    grader = await deadlines.within(
+                        "grader",
+                        grace,
+                        backend.run_grader(request, workflow),
+                        rollout_id=request.id,
+                        timed_out=lambda: timed_out("grader", grace, workflow),
+                    )
             done = time.perf_counter()
         return AttemptResult(
             construct(ExecutionOutcome, workflow=workflow, grader=grader),

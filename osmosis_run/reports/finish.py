@@ -11,19 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from osmosis_run.errors import ConfigError, RunDirError
-from osmosis_run.reports.html_report import save_run_html
-from osmosis_run.reports.junit import write_junit
-from osmosis_run.reports.report import open_run
-from osmosis_run.reports.step_summary import append_step_summary, markdown_summary
-from osmosis_run.results.compare import Comparison, compare_runs, regression_verdict
 from osmosis_run.results.gates import Verdict, check_error_budget, check_gates
 from osmosis_run.results.records import Summary
 from osmosis_run.results.rundata import RunData
 from osmosis_run.run.settings import AfterRun
 from osmosis_run.store.layout import RESULTS, RUN_CONFIG
+
+# The report writers and the comparison are imported when a run asks for them: every eval
+# passes through here, and most ask for neither (start-up time is benchmarked).
+if TYPE_CHECKING:
+    from osmosis_run.results.compare import Comparison
 
 __all__ = [
     "Ending",
@@ -42,7 +42,7 @@ Ending = Literal["ok", "gate_failed", "error_budget"]
 ReportKind = Literal["JUnit", "HTML"]
 # A report target as the user gave it (it is told back as given).
 Target = str | Path
-OnComparison = Callable[[Comparison], None]
+OnComparison = Callable[["Comparison"], None]
 OnWritten = Callable[[ReportKind, Target], None]
 
 
@@ -128,6 +128,8 @@ def finish_run(
             summary=summary,
             on_written=on_written,
         )
+    from osmosis_run.reports.step_summary import append_step_summary, markdown_summary
+
     title = f"osmosis-run eval: {run_dir.name}"
     append_step_summary(markdown_summary(summary, verdicts, run_dir=run_dir, title=title))
     return Finish(verdicts=verdicts, ending=_ending(budget, [*gates, *regression]))
@@ -136,6 +138,8 @@ def finish_run(
 def _read_back(after: AfterRun, run_dir: Path) -> RunData | None:
     if after.baseline is None and after.junit is None and after.html is None:
         return None
+    from osmosis_run.reports.report import open_run
+
     return open_run(run_dir, pass_threshold=after.pass_threshold, group_by=after.group_by)
 
 
@@ -145,6 +149,9 @@ def _baseline_verdicts(
     """``--baseline``: compare this run with an earlier one, as ``osmosis-run compare`` does."""
     if after.baseline is None or run is None:
         return []
+    from osmosis_run.reports.report import open_run
+    from osmosis_run.results.compare import compare_runs, regression_verdict
+
     comparison = compare_runs(
         open_run(Path(after.baseline)), run, pass_threshold=after.pass_threshold
     )
@@ -181,9 +188,13 @@ def write_report_files(
         ConfigError: a target cannot be written.
     """
     if junit is not None:
+        from osmosis_run.reports.junit import write_junit
+
         judged = summary if summary is not None else run.summary
         write_junit(run.lines, judged, Path(junit), suite_name=run.run_dir.name)
         on_written("JUnit", junit)
     if html is not None:
+        from osmosis_run.reports.html_report import save_run_html
+
         save_run_html(run, Path(html))
         on_written("HTML", html)

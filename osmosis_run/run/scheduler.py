@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import sys
@@ -365,6 +366,44 @@ class _Feed:
     def _put_quietly(self, item: BaseException) -> None:
         with contextlib.suppress(_Closed):
             self._put(item)
+
+
+class _InlineFeed:
+    """Jobs from a regular file, made on the event loop, a batch at a time.
+
+    A regular file has no producer to wait for: its reads return at once. A reader thread
+    would only contend with the event loop for the interpreter lock (each system call of the
+    loop hands the lock to the thread, which then parses a batch before giving it back).
+    """
+
+    def __init__(self, make: Callable[[Callable[[], None]], Iterator[Job]]) -> None:
+        self._jobs = make(_nothing)
+        self._done = False
+
+    async def next_batch(self) -> list[Job] | None:
+        """The next batch of jobs, or None at the end of the rows.
+
+        Raises:
+            DatasetError: the dataset could not be read.
+        """
+        await asyncio.sleep(0)  # let the rollouts started so far run between batches
+        if self._done:
+            return None
+        batch = list(itertools.islice(self._jobs, FEED_BATCH))
+        if not batch:
+            self._done = True
+            return None
+        return batch
+
+    def close(self) -> None:
+        """Stop reading (the dataset file is closed)."""
+        close = getattr(self._jobs, "close", None)
+        if close is not None:
+            close()
+
+
+def _nothing() -> None:
+    """A reader that never waits needs no hand-over."""
 
 
 class _Closed(Exception):
@@ -710,7 +749,9 @@ class Scheduler:
             self._watchdog = _Watchdog(
                 loop, self.reporter.blocked, self._running, after_s=self.blocked_after_s
             )
-        feed = _Feed(self._jobs, loop)
+        feed: _Feed | _InlineFeed = (
+            _Feed(self._jobs, loop) if is_stream(self.plan.dataset) else _InlineFeed(self._jobs)
+        )
         try:
             await self._schedule(feed, window)
             while self._tasks and not self._halting:
@@ -730,7 +771,7 @@ class Scheduler:
             if replies is not None:
                 loop.remove_reader(replies)
 
-    async def _schedule(self, feed: _Feed, window: asyncio.Semaphore | None) -> None:
+    async def _schedule(self, feed: _Feed | _InlineFeed, window: asyncio.Semaphore | None) -> None:
         """Start a task per job as rows arrive, within the window."""
         ahead: deque[Job] = deque()
         batch: list[Job] = []
@@ -752,7 +793,7 @@ class Scheduler:
         while ahead and not self._halting:
             await self._start(ahead.popleft(), window)
 
-    async def _next_jobs(self, feed: _Feed) -> list[Job] | None:
+    async def _next_jobs(self, feed: _Feed | _InlineFeed) -> list[Job] | None:
         """The next batch of jobs; None at the end, or when the dataset failed (the run stops)."""
         try:
             return await feed.next_batch()
