@@ -71,3 +71,25 @@ def open_scheduler(settings: EvalSettings, executor: Any = None, **options: Any)
     """``prepare`` the settings and open their run, with the in-process executor by default."""
     plan = prepare(settings)
     return Scheduler.open(plan, executor or executor_for(plan), **options)
+
+
+class Recorder:
+    """A reporter that keeps every event it is given, for the engine's tests."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def started(self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int) -> None:
+        self.events.append(("started", (planned, done, kept_failures)))
+
+    def already_done(self, raw: bytes) -> None:
+        self.events.append(("already_done", json.loads(raw)["rollout_id"]))
+
+    def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
+        self.events.append(("finished", line.rollout_id))
+
+    def stalled(self, rollout_id: str, seconds: float) -> None:
+        self.events.append(("stalled", rollout_id))
+
+    def blocked(self, rollout_id: str | None, seconds: float) -> None:
+        self.events.append(("blocked", rollout_id))

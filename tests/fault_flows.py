@@ -6,6 +6,8 @@ import asyncio
 import time
 from typing import Any
 
+from eval_flows import Stubborn as Stubborn  # the same one, as fault_flows:Stubborn
+
 from osmosis_run import (
     AgentWorkflow,
     AgentWorkflowConfig,
@@ -85,17 +87,6 @@ class Blocking(AgentWorkflow[AgentWorkflowConfig]):
     async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
         time.sleep(float((ctx.metadata or {}).get("block", 0)))  # noqa: ASYNC251  (on purpose)
         return _echo(ctx)
-
-
-class Stubborn(AgentWorkflow[AgentWorkflowConfig]):
-    """Swallow every cancellation and never finish."""
-
-    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
-        while True:
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                continue
 
 
 class _Response:

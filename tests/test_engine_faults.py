@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TESTS_DIR, open_scheduler, results, subprocess_env, write_jsonl
+from conftest import TESTS_DIR, Recorder, open_scheduler, results, subprocess_env, write_jsonl
 from typer.testing import Result
 
-from osmosis_run.results.records import ResultLine
 from osmosis_run.run.scheduler import (
     ABANDON_GRACE_S,
     RETRY_BASE_S,
@@ -156,26 +155,6 @@ def test_a_rollout_that_swallows_cancellation_is_abandoned_as_a_timeout(
 
 
 # --- the watchdog ---------------------------------------------------------------------------
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, object]] = []
-
-    def started(self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int) -> None:
-        self.events.append(("started", (planned, done, kept_failures)))
-
-    def already_done(self, raw: bytes) -> None:
-        self.events.append(("already_done", json.loads(raw)["rollout_id"]))
-
-    def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
-        self.events.append(("finished", line.rollout_id))
-
-    def stalled(self, rollout_id: str, seconds: float) -> None:
-        self.events.append(("stalled", rollout_id))
-
-    def blocked(self, rollout_id: str | None, seconds: float) -> None:
-        self.events.append(("blocked", rollout_id))
 
 
 @pytest.fixture

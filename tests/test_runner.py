@@ -6,30 +6,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import TESTS_DIR, open_scheduler, qa_rows, write_jsonl
+from conftest import TESTS_DIR, Recorder, open_scheduler, qa_rows, write_jsonl
 
-from osmosis_run.results.records import ResultLine
 from osmosis_run.run.settings import EvalSettings
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, object]] = []
-
-    def started(self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int) -> None:
-        self.events.append(("started", (planned, done)))
-
-    def already_done(self, raw: bytes) -> None:
-        self.events.append(("already_done", raw))
-
-    def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
-        self.events.append(("finished", line.rollout_id))
-
-    def stalled(self, rollout_id: str, seconds: float) -> None:
-        self.events.append(("stalled", rollout_id))
-
-    def blocked(self, rollout_id: str | None, seconds: float) -> None:
-        self.events.append(("blocked", rollout_id))
 
 
 def settings(tmp_path: Path, **kw: object) -> EvalSettings:
@@ -51,7 +30,7 @@ def test_a_long_running_rollout_is_reported_once(tmp_path: Path) -> None:
     assert outcome.summary.rollouts == 2
     stalls = [rid for kind, rid in recorder.events if kind == "stalled"]
     assert stalls == ["q0.s0", "q1.s0"]
-    assert recorder.events[0] == ("started", (2, 0))
+    assert recorder.events[0] == ("started", (2, 0, 0))
 
 
 def test_no_stall_reports_when_a_deadline_bounds_rollouts(tmp_path: Path) -> None:
