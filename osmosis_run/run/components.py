@@ -1,6 +1,6 @@
 """Load what a run is made of: the user's classes, their configs, the row selection.
 
-``osmosis-run eval`` (the Runner) and ``osmosis-run validate`` both load through here, so a
+``osmosis-run eval`` (``prepare``) and ``osmosis-run validate`` both load through here, so a
 setup that validates is exactly the setup that runs.
 """
 

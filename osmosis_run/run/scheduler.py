@@ -1,18 +1,20 @@
 """The eval engine: rows in, graded rollouts out, through a bounded window of tasks.
 
-One ``Runner`` is one ``osmosis-run eval``. ``prepare()`` does everything that can fail before a
-rollout runs (loading, configs, the run directory); ``run()`` streams the selected rows through
-``LocalBackend`` with at most ``concurrency`` rollouts in flight, enforces deadlines from the
-moment a rollout starts running, retries transient failures with back-off, and hands every
-finished rollout to the store and then to the reporter. ``stop()`` (Ctrl-C) cancels what is in
-flight; what finished is kept, and the run resumes where it stopped.
+A ``Scheduler`` executes one ``Plan`` (``run/plan.py``: everything decided before a rollout
+runs). ``Scheduler.open`` opens the run directory; ``run()`` streams the selected rows through an
+``Executor`` (``run/seam.py``: the engine imports no concrete one) with at most ``concurrency``
+rollouts in flight, enforces deadlines from the moment a rollout starts running, retries
+transient failures with back-off, and hands every finished rollout to the store and then to the
+reporter. ``stop()`` (Ctrl-C) cancels what is in flight; what finished is kept, and the run
+resumes where it stopped.
 
 Faults, and what each one leaves (every planned rollout ends with exactly one results line,
 except those a stop or an infrastructure failure leaves unfinished, and then the run resumes):
 
 - whatever user code raises, ``BaseException`` included, is that rollout's failure (LocalBackend);
   a value that cannot be written as JSON is that rollout's ``validation_error``;
-- rows are read by a thread (``_Feed``), so a slow stdin or FIFO never holds the event loop;
+- rows of a stream (stdin, a FIFO) are read by a thread (``_Feed``), so a slow producer never
+  holds the event loop; a regular file's rows are made on the loop (``_InlineFeed``);
 - a rollout past its deadline is cancelled; one that ignores the cancellation is recorded as a
   timeout after ``ABANDON_GRACE_S`` more and abandoned (its task is left to itself); one that
   returns after its deadline (blocking code held the loop) is a timeout too;
