@@ -453,8 +453,9 @@ class _Watchdog:
             name = task.get_name() if task is not None else None
             seen = (beat, name if name in self._running else None)
             # Named only when seen twice with no beat between: not a task that merely runs
-            # for a moment right after the loop came back, before it could beat.
-            if seen == suspect and seen[1] not in named:
+            # for a moment right after the loop came back, before it could beat. What is not a
+            # rollout (osmosis-run's own work, such as sorting a shuffled dataset) is not named.
+            if seen == suspect and seen[1] is not None and seen[1] not in named:
                 named.add(seen[1])
                 self._report(seen[1], time.monotonic() - beat)
             suspect = seen
