@@ -347,3 +347,26 @@ def test_the_first_ctrl_c_ends_a_run_whose_rollouts_ignore_cancellation(tmp_path
     assert results(tmp_path / "run") == []
     summary = summary_of(tmp_path / "run")
     assert (summary["interrupted"], summary["complete"]) == (True, False)
+
+
+def test_an_executor_that_cannot_get_ready_is_one_line_and_nothing_runs(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmosis_run.backends.local import LocalExecutor
+    from osmosis_run.errors import ConfigError
+
+    async def unreachable(self: LocalExecutor) -> None:
+        raise ConfigError("rollout server http://127.0.0.1:9 refused the connection")
+
+    data = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "prompt": "x"}])
+    args = ["eval", str(data), "-w", "fault_flows:Echo", "--out", "run"]
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalExecutor, "open", unreachable)
+        refused = cli(*args)
+    assert (refused.exit_code, refused.stderr.splitlines()[-1]) == (
+        2,
+        "error: rollout server http://127.0.0.1:9 refused the connection",
+    )
+    assert results(tmp_path / "run") == []
+    assert cli(*args).exit_code == 0  # the run directory was released
+    assert len(results(tmp_path / "run")) == 1

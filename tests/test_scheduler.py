@@ -38,6 +38,15 @@ def settings(tmp_path: Path, rows: int = 4, **kw: Any) -> EvalSettings:
     )
 
 
+async def _stubborn(attempt: Attempt) -> Any:
+    """An attempt that swallows every cancellation and never ends."""
+    while True:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            continue
+
+
 def run(s: EvalSettings, executor: FakeExecutor, **options: Any) -> RunOutcome:
     # Not asyncio.run: it would wait for ever for an attempt that ignores its cancellation.
     return run_to_completion(open_scheduler(s, executor, **options).run())
@@ -90,15 +99,10 @@ def test_an_attempt_past_its_deadline_is_a_timeout(tmp_path: Path) -> None:
 
 
 def test_an_attempt_that_ignores_cancellation_is_abandoned_after_the_grace(tmp_path: Path) -> None:
-    async def stubborn(attempt: Attempt) -> Any:
-        while True:
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                continue
-
     outcome = run(
-        settings(tmp_path, rows=1, agent_timeout=0.05), FakeExecutor(stubborn), abandon_grace_s=0.05
+        settings(tmp_path, rows=1, agent_timeout=0.05),
+        FakeExecutor(_stubborn),
+        abandon_grace_s=0.05,
     )
     [line] = results(tmp_path / "run")
     assert line.status == "timeout"
@@ -169,16 +173,9 @@ def test_a_stop_cancels_what_is_in_flight_and_keeps_what_finished(tmp_path: Path
 
 
 def test_a_stop_abandons_attempts_that_ignore_it_after_the_grace(tmp_path: Path) -> None:
-    async def stubborn(attempt: Attempt) -> Any:
-        while True:
-            try:
-                await asyncio.sleep(60)
-            except asyncio.CancelledError:
-                continue
-
     async def main() -> RunOutcome:
         scheduler = open_scheduler(
-            settings(tmp_path, rows=2), FakeExecutor(stubborn), stop_grace_s=0.1
+            settings(tmp_path, rows=2), FakeExecutor(_stubborn), stop_grace_s=0.1
         )
         asyncio.get_running_loop().call_later(0.2, scheduler.stop)
         return await scheduler.run()

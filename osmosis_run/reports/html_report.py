@@ -35,7 +35,6 @@ Limits, so that a 20,000-rollout run stays a file a browser opens in well under 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import html
 import json
@@ -53,6 +52,7 @@ from urllib.parse import quote
 
 from osmosis_run import __version__
 from osmosis_run.errors import ConfigError
+from osmosis_run.reports._files import write_whole
 from osmosis_run.results import outcome
 from osmosis_run.results.compare import Comparison, Delta, compare_runs
 from osmosis_run.results.records import STATUSES, ResultLine
@@ -238,21 +238,11 @@ def _write(out: Path, text: str) -> Path:
 
     A failure leaves no temporary file behind (``out`` a directory is refused before one).
     """
-    temporary = out.with_name(f".{out.name}.tmp")
     if out.parent.exists() and not out.parent.is_dir():
         raise ConfigError(f"cannot write {out}: {out.parent} is a file; choose another path")
     if out.is_dir():
         raise ConfigError(f"cannot write {out}: it is a directory; give a file name")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(text, encoding="utf-8")
-        os.replace(temporary, out)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise ConfigError(
-            f"cannot write {out}: {exc.strerror or exc}; choose another path"
-        ) from None
+    write_whole(out, lambda temporary: temporary.write_text(text, encoding="utf-8"))
     return out
 
 

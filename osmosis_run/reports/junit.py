@@ -8,14 +8,12 @@ removed rollout, which has no score, is ``<skipped/>`` (the outcome rule, ``resu
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from pathlib import Path
 
-from osmosis_run.errors import ConfigError
+from osmosis_run.reports._files import write_whole
 from osmosis_run.results import outcome
 from osmosis_run.results.records import ResultLine, Summary
 
@@ -116,14 +114,8 @@ def _clean(text: str) -> str:
 def _write(tree: ET.ElementTree[ET.Element], path: Path) -> None:
     """Write whole: to a temporary name beside ``path``, then renamed into place."""
     ET.indent(tree)
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tree.write(temporary, encoding="utf-8", xml_declaration=True)
-        os.replace(temporary, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
-        raise ConfigError(
-            f"cannot write JUnit report {path}: {exc.strerror or exc}; choose another path"
-        ) from None
+    write_whole(
+        path,
+        lambda temporary: tree.write(temporary, encoding="utf-8", xml_declaration=True),
+        what="JUnit report ",
+    )

@@ -68,7 +68,6 @@ from osmosis_run.run.seam import (
     Attempt,
     AttemptLost,
     AttemptResult,
-    Deadlines,
     Executor,
 )
 from osmosis_run.run.selection import select
@@ -274,9 +273,6 @@ class _RawStream:
     def read1(self, size: int = -1) -> bytes:
         return os.read(self._fd, size if size > 0 else 1 << 16)
 
-    def read(self, size: int = -1) -> bytes:
-        return self.read1(size)
-
     def close(self) -> None:
         os.close(self._fd)
 
@@ -291,9 +287,6 @@ class _Borrowed:
         read = getattr(self._stream, "read1", self._stream.read)
         data: bytes = read(size if size > 0 else 1 << 16)
         return data
-
-    def read(self, size: int = -1) -> bytes:
-        return self.read1(size)
 
     def close(self) -> None:
         pass
@@ -958,7 +951,7 @@ class Scheduler:
             attempt += 1
             try:
                 result = await self.executor.run(
-                    Attempt(request, attempt, self._context(job)), self._deadlines
+                    Attempt(request, attempt, self._context(job)), self
                 )
                 lost = 0
             except AttemptLost as exc:
@@ -1002,10 +995,6 @@ class Scheduler:
             grader_timeout_sec=s.execution.grader_timeout,
             grade=True,
         )
-
-    @property
-    def _deadlines(self) -> Deadlines:
-        return self
 
     async def within(
         self,
