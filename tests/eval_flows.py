@@ -206,3 +206,17 @@ def _fork_once(record: Path) -> None:
         time.sleep(30)
         os._exit(0)
     record.write_text(str(pid))
+
+
+class Logging(AgentWorkflow[AgentWorkflowConfig]):
+    """Echo, logging at INFO and DEBUG on its own logger (as a user's workflow does)."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        import logging
+
+        log = logging.getLogger("user.flow")
+        log.info("thinking about %s", _last_user(ctx))
+        log.debug("details of %s", _last_user(ctx))
+        if (ctx.metadata or {}).get("fail"):
+            raise RuntimeError("this row fails by design")
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]

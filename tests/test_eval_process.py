@@ -200,9 +200,8 @@ def test_a_terminal_gets_a_live_progress_bar_and_a_pipe_gets_plain_lines(tmp_pat
         [*EXE, "eval", *args, "--out", "pipe"], cwd=tmp_path, env=subprocess_env(),
         capture_output=True, text=True, timeout=30, check=True,
     )  # fmt: skip
-    plain = [line for line in piped.stderr.splitlines() if "/10 rollouts" in line]
-    assert plain[0].startswith("osmosis-run: 1/10 rollouts, mean -  errors 0, ")
-    assert plain[-1].startswith("osmosis-run: 10/10 rollouts")
+    # Plain lines come every few seconds (tests/test_cli_conventions.py): none in a 1 s run.
+    assert piped.stderr.startswith("osmosis-run: 10 rollouts -> pipe\nosmosis-run: finished pipe\n")
     assert "\x1b[" not in piped.stderr
 
 

@@ -10,7 +10,7 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 import typer.core
@@ -73,14 +73,33 @@ app = typer.Typer(
     ),
     epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
-    add_completion=False,
+    # Every command, and every command added later, answers -h as well as --help.
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_show_locals=False,
     rich_markup_mode=None,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from osmosis_run import __version__
+
+        sys.stdout.write(f"osmosis-run {__version__}\n")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
     """Run Osmosis agent workflows and reward graders over JSONL datasets."""
 
 

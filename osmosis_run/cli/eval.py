@@ -163,6 +163,8 @@ def eval_command(
             panel=_GATES,
         ),
     ] = None,
+    verbose: options.Verbose = 0,
+    quiet: options.Quiet = False,
 ) -> None:
     """Run a workflow (and grader) over a JSONL dataset and keep graded results.
 
@@ -171,13 +173,17 @@ def eval_command(
     values = {
         key: value
         for key, value in locals().items()
-        if key not in ("config",) and value is not None
+        if key not in ("config", "verbose", "quiet") and value is not None
     }
-    raise typer.Exit(run_eval(values, config))
+    from osmosis_run.cli import logs
+
+    with logs.to_stderr(verbose):
+        code = run_eval(values, config, quiet=quiet)
+    raise typer.Exit(code)
 
 
-def run_eval(values: dict[str, Any], config: Path | None) -> int:
-    """Resolve settings, run, render; return the exit code."""
+def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False) -> int:
+    """Resolve settings, run, render; return the exit code (``quiet``: no progress)."""
     from osmosis_run.cli import render
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.finish import check_targets
@@ -194,10 +200,10 @@ def run_eval(values: dict[str, Any], config: Path | None) -> int:
         return exit_codes.USAGE
     _say_if_unredacted(settings)
     with _results_channel(jsonl=settings.output.jsonl) as results:
-        return _run(settings, results)
+        return _run(settings, results, quiet=quiet)
 
 
-def _run(settings: EvalSettings, results: BinaryIO | None) -> int:
+def _run(settings: EvalSettings, results: BinaryIO | None, *, quiet: bool = False) -> int:
     """Prepare and run; an infrastructure error that escapes the run is still one line."""
     from osmosis_run.backends import executor_for
     from osmosis_run.cli import render
@@ -206,7 +212,7 @@ def _run(settings: EvalSettings, results: BinaryIO | None) -> int:
     from osmosis_run.run.scheduler import Scheduler, run_to_completion
 
     try:
-        reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results)
+        reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results, quiet=quiet)
         plan = prepare(settings)
         runner = Scheduler.open(plan, executor_for(plan), reporter=reporter)
         reporter.on_stdout_closed = runner.stop

@@ -51,6 +51,21 @@ Shard = Annotated[
     opt("--shard", help="Shard I of N (I/N), stable by row key.", panel=SELECTION),
 ]
 
+# Options of the commands that run rollouts (eval, and the ones that work like it).
+Verbose = Annotated[
+    int,
+    opt(
+        "--verbose",
+        "-v",
+        count=True,
+        help="Show log records on stderr: osmosis-run's and your workflows' and graders' "
+        "(-v info, -vv debug).",
+    ),
+]
+Quiet = Annotated[
+    bool, opt("--quiet", "-q", help="No progress on stderr: only the summary and errors.")
+]
+
 
 # Options of the commands that read runs (eval, report, compare): the same name, type and
 # sentence everywhere; each command says what the option defaults to, or what the file holds.

@@ -122,24 +122,45 @@ def print_error(exc: BaseException) -> None:
 
 
 class Reporter:
-    """Progress of a run: a live bar on a terminal, periodic plain lines otherwise."""
+    """Progress of a run: a live bar on a terminal, a plain line every few seconds otherwise.
 
-    def __init__(self, *, jsonl: bool, live: bool, out: BinaryIO | None = None) -> None:
+    Plain lines are time based (a ticker thread, every ``every_s`` seconds of ``clock``), so
+    a log shows the run moving even while a long rollout holds every slot; ``tick()`` is what
+    the thread calls, and what a test with its own ``clock`` calls instead (``ticking=False``).
+    ``quiet``: no announcement and no progress, only what the command prints at the end.
+    """
+
+    def __init__(
+        self,
+        *,
+        jsonl: bool,
+        live: bool,
+        out: BinaryIO | None = None,
+        quiet: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        every_s: float = PLAIN_EVERY_S,
+        ticking: bool = True,
+    ) -> None:
         self.jsonl = jsonl
-        self.live = live
+        self.live = live and not quiet
+        self.quiet = quiet
         self.out = out  # where --jsonl lines go (default: sys.stdout)
+        self.clock = clock
+        self.every_s = every_s
+        self._ticking = ticking
         self._say_lock = threading.Lock()
         self.done = 0
         self.errors = 0
         self.reward_sum = 0.0
         self.rewarded = 0
         self.planned: int | None = None
-        self._start = time.monotonic()
-        self._next_plain = self._start + PLAIN_EVERY_S
+        self._done_before = 0  # finished by an earlier invocation: not part of the rate
+        self._start = clock()
+        self._next_plain = self._start + every_s
         self._progress: Any = None
+        self._ticker: threading.Thread | None = None
+        self._closed = threading.Event()
         self.on_stdout_closed: Callable[[], None] | None = None
-        self._step = 1 << 62
-        self._next_count = 1 << 62
         self._task: Any = None
 
     def started(
@@ -147,41 +168,41 @@ class Reporter:
     ) -> None:
         """Announce the run (and the failures a resume keeps) and start the progress display."""
         self.planned = planned
-        self.done = done
-        # Plain mode: a line every 10% of the run, or every PLAIN_EVERY_S seconds.
-        self._step = max(planned // 10, 1) if planned else 1 << 62
-        self._next_count = done + self._step
+        self.done = self._done_before = done
         resumed = f", {done} already done" if done else ""
         if kept_failures:
             resumed += (
                 f" ({kept_failures} of them failed and are kept as they are; "
                 "--retry-failed runs them again)"
             )
-        total = f"{planned} rollouts" if planned is not None else "rollouts from stdin"
-        err.print(f"osmosis-run: {total}{resumed} -> {run_dir}", markup=False)
-        self._start = time.monotonic()
+        total = f"{planned} rollout{_s(planned)}" if planned is not None else "rollouts from stdin"
+        if not self.quiet:
+            err.print(f"osmosis-run: {total}{resumed} -> {run_dir}", markup=False)
+        self._start = self.clock()
+        self._next_plain = self._start + self.every_s
         if self.live:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            self._start_bar(planned, done)
+        elif not self.quiet and self._ticking:
+            self._ticker = threading.Thread(target=self._tick_until_closed, daemon=True)
+            self._ticker.start()
 
-            self._progress = Progress(
-                TextColumn("[bold]eval"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[stats]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=err,
-                transient=True,
-            )
-            self._task = self._progress.add_task("eval", total=planned, completed=done, stats="")
-            self._progress.start()
+    def _start_bar(self, planned: int | None, done: int) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn
+
+        self._progress = Progress(
+            TextColumn("[bold]eval"),
+            BarColumn(),
+            TextColumn("done [bold]{task.completed}{task.fields[of]}"),
+            TextColumn("{task.fields[stats]}"),
+            *_labelled_columns(),
+            console=err,
+            transient=True,
+        )
+        of = f"/{planned}" if planned is not None else ""
+        self._task = self._progress.add_task(
+            "eval", total=planned, completed=done, stats=self._stats(), of=of
+        )
+        self._progress.start()
 
     def rollout_finished(self, line: ResultLine, raw: bytes) -> None:
         """Count one finished rollout (and stream it with --jsonl)."""
@@ -195,10 +216,47 @@ class Reporter:
             self._stream(raw)
         if self._progress is not None:
             self._progress.update(self._task, advance=1, stats=self._stats())
-        elif self.done >= self._next_count or time.monotonic() >= self._next_plain:
-            self._next_plain = time.monotonic() + PLAIN_EVERY_S
-            self._next_count = self.done + self._step
-            self._plain_line()
+
+    def tick(self) -> None:
+        """Print a plain progress line if ``every_s`` has passed since the last one."""
+        if self.live or self.quiet or self._closed.is_set():
+            return
+        now = self.clock()
+        if now < self._next_plain:
+            return
+        self._next_plain = now + self.every_s
+        with self._say_lock:
+            err.print(self.progress_line(now))
+
+    def _tick_until_closed(self) -> None:
+        while not self._closed.wait(max(self._next_plain - self.clock(), 0.01)):
+            self.tick()
+
+    def progress_line(self, now: float) -> Text:
+        """The plain progress line: done/total, rate, ETA, errors, mean reward, elapsed."""
+        elapsed = max(now - self._start, 0.0)
+        ran = self.done - self._done_before
+        rate = ran / elapsed if elapsed > 0 else 0.0
+        text = Text("osmosis-run: ")
+        if self.planned is not None:
+            share = f" ({self.done / self.planned:.0%})" if self.planned else ""
+            text.append(f"{self.done}/{self.planned}", style="bold")
+            text.append(f" rollouts{share}, ")
+        else:
+            text.append(str(self.done), style="bold")
+            text.append(f" rollout{_s(self.done)}, ")
+        text.append(f"{_rate(rate)}, ")
+        if self.planned is not None:
+            left = max(self.planned - self.done, 0)
+            eta = _duration(left / rate) if rate > 0 else "-"
+            text.append("ETA ")
+            text.append(eta, style="cyan")
+            text.append(", ")
+        text.append("errors ")
+        text.append(str(self.errors), style="bold red" if self.errors else "green")
+        mean = f"{self.reward_sum / self.rewarded:.3f}" if self.rewarded else "-"
+        text.append(f", mean reward {mean}, elapsed {_duration(elapsed)}")
+        return text
 
     def already_done(self, raw: bytes) -> None:
         """A results line an earlier invocation wrote: part of the run's --jsonl output."""
@@ -245,16 +303,8 @@ class Reporter:
                 self.on_stdout_closed()
 
     def _stats(self) -> str:
-        mean = f"mean {self.reward_sum / self.rewarded:.3f}" if self.rewarded else "mean -"
-        return f"{mean}  errors {self.errors}"
-
-    def _plain_line(self) -> None:
-        elapsed = time.monotonic() - self._start
-        of = f"/{self.planned}" if self.planned is not None else ""
-        err.print(
-            f"osmosis-run: {self.done}{of} rollouts, {self._stats()}, {elapsed:.1f}s elapsed",
-            markup=False,
-        )
+        mean = f"{self.reward_sum / self.rewarded:.3f}" if self.rewarded else "-"
+        return f"mean reward {mean}  errors {self.errors}"
 
     def stopping(self) -> None:
         """The first Ctrl-C arrived."""
@@ -266,10 +316,60 @@ class Reporter:
         )
 
     def close(self) -> None:
-        """Stop the live display."""
+        """Stop the live display and the ticker."""
+        self._closed.set()
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None and ticker is not threading.current_thread():
+            ticker.join()
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def _s(count: int | None) -> str:
+    """The plural ending for ``count`` things: "1 rollout", "2 rollouts"."""
+    return "" if count == 1 else "s"
+
+
+def _rate(per_s: float) -> str:
+    if per_s >= 10:
+        return f"{per_s:.0f}/s"
+    return f"{per_s:.1f}/s" if per_s >= 1 else f"{per_s:.2f}/s"
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``: short enough for a progress line."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _labelled_columns() -> tuple[Any, ...]:
+    """The live bar's rate, elapsed and ETA columns, each with its label (rich loaded late)."""
+    from rich.progress import ProgressColumn, Task
+
+    class Rate(ProgressColumn):
+        """Rollouts per second, as rich estimates them over its recent window."""
+
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("rate " + (_rate(speed) if speed else "-"))
+
+    class Clock(ProgressColumn):
+        """``elapsed 1m05s`` or ``ETA 42s``."""
+
+        def __init__(self, label: str) -> None:
+            super().__init__()
+            self.label = label
+
+        def render(self, task: Task) -> Text:
+            seconds = task.elapsed if self.label == "elapsed" else task.time_remaining
+            return Text(f"{self.label} {_duration(seconds) if seconds is not None else '-'}")
+
+    return Rate(), Clock("elapsed"), Clock("ETA")
 
 
 def _silence(out: BinaryIO) -> None:
@@ -282,9 +382,13 @@ def _silence(out: BinaryIO) -> None:
         pass
 
 
-def make_reporter(*, jsonl: bool, out: BinaryIO | None = None) -> Reporter:
-    """A reporter for this terminal (live only when stderr is one); --jsonl lines to ``out``."""
-    return Reporter(jsonl=jsonl, live=err.is_terminal, out=out)
+def make_reporter(*, jsonl: bool, out: BinaryIO | None = None, quiet: bool = False) -> Reporter:
+    """A reporter for this terminal (live only when stderr is one); --jsonl lines to ``out``.
+
+    Live means a real terminal: ``FORCE_COLOR`` makes rich colour a pipe or a log file, but
+    never redraw in one (no cursor movement, no carriage returns): those get plain lines.
+    """
+    return Reporter(jsonl=jsonl, live=stderr.isatty(), out=out, quiet=quiet)
 
 
 def print_unredacted_key(min_length: int) -> None:
