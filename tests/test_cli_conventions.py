@@ -17,6 +17,7 @@ from typer.testing import CliRunner, Result
 
 from osmosis_run import __version__
 from osmosis_run.cli import app, render
+from osmosis_run.results.records import ResultLine, RolloutState
 
 Cli = Callable[..., Result]
 EXE = [sys.executable, "-c", "from osmosis_run.cli import main; main()"]
@@ -178,13 +179,11 @@ class Clock:
 
 
 def finished(
-    rollout_id: str, reward: float | None, status: str = "success"
-) -> tuple[object, bytes]:
-    from osmosis_run.results.records import ResultLine
-
+    rollout_id: str, reward: float | None, status: RolloutState = "success"
+) -> tuple[ResultLine, bytes]:
     line = ResultLine(
-        rollout_id=rollout_id, row_index=0, line=1, sample_index=0, status=status, reward=reward,  # type: ignore[arg-type]
-    )  # fmt: skip
+        rollout_id=rollout_id, row_index=0, line=1, sample_index=0, status=status, reward=reward
+    )
     return line, b"{}"
 
 
@@ -196,7 +195,7 @@ def test_plain_progress_is_time_based_with_rate_eta_and_errors(
     reporter = render.Reporter(jsonl=False, live=False, clock=clock, ticking=False)
     reporter.started(run_dir=tmp_path / "run", planned=3, done=0)
     assert capsys.readouterr().err == f"osmosis-run: 3 rollouts -> {tmp_path / 'run'}\n"
-    ends = {
+    ends: dict[int, tuple[str, float | None, RolloutState]] = {
         12: ("a.s0", 1.0, "success"),
         24: ("b.s0", 1.0, "success"),
         36: ("c.s0", None, "failure"),
@@ -205,7 +204,7 @@ def test_plain_progress_is_time_based_with_rate_eta_and_errors(
     for second in range(1, 41):
         clock.now += 1
         if second in ends:
-            reporter.rollout_finished(*finished(*ends[second]))  # type: ignore[arg-type]
+            reporter.rollout_finished(*finished(*ends[second]))
             assert capsys.readouterr().err == ""  # a finished rollout alone prints nothing
         reporter.tick()
         lines += [(second, text) for text in capsys.readouterr().err.splitlines()]
@@ -235,13 +234,13 @@ def test_plain_progress_of_a_resumed_run_and_of_stdin(
     resumed = render.Reporter(jsonl=False, live=False, clock=clock, ticking=False)
     resumed.started(run_dir=tmp_path / "run", planned=1000, done=400)
     for i in range(120):
-        resumed.rollout_finished(*finished(f"r{i}.s0", 0.5))  # type: ignore[arg-type]
+        resumed.rollout_finished(*finished(f"r{i}.s0", 0.5))
     clock.now += 60
     resumed.tick()
     resumed.tick()  # not again before another 5 s
     streamed = render.Reporter(jsonl=False, live=False, clock=clock, ticking=False)
     streamed.started(run_dir=tmp_path / "run2", planned=None, done=0)
-    streamed.rollout_finished(*finished("s.s0", None, "failure"))  # type: ignore[arg-type]
+    streamed.rollout_finished(*finished("s.s0", None, "failure"))
     clock.now += 4000
     streamed.tick()
     assert capsys.readouterr().err.splitlines() == [
@@ -257,7 +256,7 @@ def test_quiet_reporter_prints_nothing(capsys: pytest.CaptureFixture[str], tmp_p
     clock = Clock()
     reporter = render.Reporter(jsonl=False, live=False, quiet=True, clock=clock, ticking=False)
     reporter.started(run_dir=tmp_path, planned=2, done=0)
-    reporter.rollout_finished(*finished("a.s0", 1.0))  # type: ignore[arg-type]
+    reporter.rollout_finished(*finished("a.s0", 1.0))
     clock.now += 60
     reporter.tick()
     reporter.close()
