@@ -1,7 +1,8 @@
 """The HTML report in a real headless Chromium: charts, table, filters, transcripts, no XSS.
 
-Needs /usr/bin/chromium (Debian: ``apt-get install chromium``) and Playwright for Python; the
-tests skip when either is missing. Playwright never downloads a browser here: it drives the
+Needs Debian's chromium at /usr/bin/chromium (the one command: ``apt-get install chromium``)
+and Playwright for Python; the tests skip when either is missing, and the skip reason says
+which and how to install it. Playwright never downloads a browser here: it drives the
 system one.
 """
 
@@ -45,6 +46,11 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
+NO_CHROMIUM = (
+    f"no Chromium at {CHROMIUM}: the browser tests need Debian's chromium package; "
+    "install it with: apt-get install chromium"
+)
+NO_PLAYWRIGHT = "playwright is not installed (pip install playwright)"
 
 
 PASSING = ["flip.s0", "easy.s0", "easy.s1", "long.s0", "long.s1"]
@@ -58,9 +64,9 @@ def browser(runs: Runs) -> Iterator[Browser]:
     # Depends on `runs` so that the runs are made first: the Playwright sync API keeps an event
     # loop running in this thread, and the eval command's asyncio.run cannot start inside one.
     if not CHROMIUM.exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)")
+        pytest.skip(NO_CHROMIUM)
     if importlib.util.find_spec("playwright") is None:
-        pytest.skip("playwright is not installed (pip install playwright)")
+        pytest.skip(NO_PLAYWRIGHT)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

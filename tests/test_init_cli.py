@@ -13,29 +13,40 @@ from conftest import results
 from typer.testing import Result
 
 Cli = Callable[..., Result]
-FILES = [
-    "rollout.py",
-    "dataset.jsonl",
-    "eval.toml",
-    "test_rollout.py",
-    "README.md",
-    ".gitignore",
-]
+
+
+def files(module: str = "demo_rollout") -> list[str]:
+    return [
+        f"{module}.py",
+        "dataset.jsonl",
+        "eval.toml",
+        f"test_{module}.py",
+        "README.md",
+        ".gitignore",
+    ]
+
+
+FILES = files()
 
 
 @pytest.fixture(autouse=True)
-def _forget_rollout_module() -> Iterator[None]:
-    """Every generated project has a module named ``rollout``; import each one afresh."""
-    sys.modules.pop("rollout", None)
+def _forget_rollout_modules() -> Iterator[None]:
+    """Projects of one name share a module name; import each one afresh."""
+
+    def forget() -> None:
+        for name in [n for n in sys.modules if n.endswith("_rollout")]:
+            del sys.modules[name]
+
+    forget()
     yield
-    sys.modules.pop("rollout", None)
+    forget()
 
 
-def created(where: str) -> str:
-    lines = [f"created {where}/{name}\n" for name in FILES]
+def created(where: str, module: str = "demo_rollout") -> str:
+    lines = [f"created {where}/{name}\n" for name in files(module)]
     return "".join(lines) + (
         f"next: osmosis-run eval --config {where}/eval.toml  "
-        f"(and: pytest {where}/test_rollout.py)\n"
+        f"(and: pytest {where}/test_{module}.py)\n"
     )
 
 
@@ -84,7 +95,7 @@ def test_the_generated_tests_pass(cli: Cli, tmp_path: Path) -> None:
     project = tmp_path / "my-agent"
     assert (
         "class MyAgentWorkflow(AgentWorkflow[MyAgentConfig]):"
-        in (project / "rollout.py").read_text()
+        in (project / "my_agent_rollout.py").read_text()
     )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error"],
@@ -96,6 +107,37 @@ def test_the_generated_tests_pass(cli: Cli, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1].startswith("6 passed")
+
+
+def test_two_projects_side_by_side_are_tested_by_one_pytest(cli: Cli, tmp_path: Path) -> None:
+    """No "import file mismatch": each project's module and tests have names of their own."""
+    made = cli("init", "alpha")
+    assert made.stderr == created("alpha", "alpha_rollout")
+    assert cli("init", "Beta-Two").stderr == created("Beta-Two", "beta_two_rollout")
+    assert sorted(p.name for p in (tmp_path / "Beta-Two").iterdir()) == sorted(
+        files("beta_two_rollout")
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "error"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith("12 passed")
+
+
+def test_two_projects_run_in_one_process(cli: Cli, tmp_path: Path) -> None:
+    assert cli("init", "alpha").exit_code == 0
+    assert cli("init", "beta").exit_code == 0
+    for name in ("alpha", "beta"):
+        run = cli("eval", "--config", f"{name}/eval.toml", "--out", f"out-{name}")
+        assert run.exit_code == 0, run.stderr
+        assert len(results(tmp_path / f"out-{name}")) == 10
+    toml = (tmp_path / "beta" / "eval.toml").read_text()
+    assert 'workflow = "beta_rollout:BetaWorkflow"\n' in toml
 
 
 def test_dir_chooses_where_the_project_goes(cli: Cli, tmp_path: Path) -> None:
@@ -113,7 +155,7 @@ def test_an_existing_empty_folder_is_used(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "demo").mkdir()
     made = cli("init", "demo")
     assert made.exit_code == 0
-    assert (tmp_path / "demo" / "rollout.py").is_file()
+    assert (tmp_path / "demo" / "demo_rollout.py").is_file()
 
 
 def test_a_folder_that_is_not_empty_is_refused(cli: Cli, tmp_path: Path) -> None:
@@ -131,12 +173,12 @@ def test_a_folder_that_is_not_empty_is_refused(cli: Cli, tmp_path: Path) -> None
 def test_force_writes_into_a_folder_that_is_not_empty(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "demo").mkdir()
     (tmp_path / "demo" / "notes.txt").write_text("mine")
-    (tmp_path / "demo" / "rollout.py").write_text("stale")
+    (tmp_path / "demo" / "demo_rollout.py").write_text("stale")
     made = cli("init", "demo", "--force")
     assert made.exit_code == 0
     assert made.stderr == created("demo")
     assert (tmp_path / "demo" / "notes.txt").read_text() == "mine"
-    assert (tmp_path / "demo" / "rollout.py").read_text().startswith('"""demo: ')
+    assert (tmp_path / "demo" / "demo_rollout.py").read_text().startswith('"""demo: ')
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == sorted([*FILES, "notes.txt"])
     assert cli("eval", "--config", "demo/eval.toml", "--out", "out").exit_code == 0
 
@@ -168,8 +210,8 @@ def test_run_toml_reproduces_the_run_from_another_folder(
     assert cli("init", "demo").exit_code == 0
     assert cli("eval", "--config", "demo/eval.toml", "--out", "out").exit_code == 0
     before = (tmp_path / "out" / "results.jsonl").read_bytes()
-    # A new process would not have the project's folder on sys.path, nor `rollout` imported.
-    sys.modules.pop("rollout", None)
+    # A new process would not have the project's folder on sys.path, nor its module imported.
+    sys.modules.pop("demo_rollout", None)
     project = str((tmp_path / "demo").resolve())
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != project])
     elsewhere = tmp_path / "elsewhere"

@@ -2,11 +2,16 @@
 
 The files come from ``cli/templates/*.tmpl`` (``string.Template``, ``${name}`` style):
 
-    NAME/rollout.py        a workflow, a grader and a config instance
+    NAME/MODULE.py         a workflow, a grader and a config instance
     NAME/dataset.jsonl     ten rows
     NAME/eval.toml         the run; its paths are relative to it, and its folder is importable
-    NAME/test_rollout.py   pytest tests of the grader
+    NAME/test_MODULE.py    pytest tests of the grader
     NAME/README.md, NAME/.gitignore
+
+MODULE is ``<name>_rollout`` (``my-agent`` -> ``my_agent_rollout``): each project's module and
+test file have names of their own, so two projects side by side in one folder are tested by
+one ``pytest`` (no "import file mismatch") and run in one process (no module of one project
+shadowing the other's), without packages or a conftest.
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ from osmosis_run.cli import exit_codes
 from osmosis_run.cli.options import opt
 from osmosis_run.errors import ConfigError
 
-# What init writes -> the template it comes from.
-FILES = {
-    "rollout.py": "rollout.py.tmpl",
-    "dataset.jsonl": "dataset.jsonl.tmpl",
-    "eval.toml": "eval.toml.tmpl",
-    "test_rollout.py": "test_rollout.py.tmpl",
-    "README.md": "README.md.tmpl",
-    ".gitignore": "gitignore.tmpl",
-}
+
+def files(module: str) -> dict[str, str]:
+    """What init writes for the project module ``module`` -> the template it comes from."""
+    return {
+        f"{module}.py": "rollout.py.tmpl",
+        "dataset.jsonl": "dataset.jsonl.tmpl",
+        "eval.toml": "eval.toml.tmpl",
+        f"test_{module}.py": "test_rollout.py.tmpl",
+        "README.md": "README.md.tmpl",
+        ".gitignore": "gitignore.tmpl",
+    }
+
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 
@@ -78,7 +86,7 @@ def init_command(
         render.err.print(f"created {path}", markup=False)
     render.err.print(
         f"next: osmosis-run eval --config {target / 'eval.toml'}  "
-        f"(and: pytest {target / 'test_rollout.py'})",
+        f"(and: pytest {target / f'test_{module_name(name)}.py'})",
         markup=False,
     )
 
@@ -97,9 +105,15 @@ def scaffold(name: str, target: Path, *, force: bool = False) -> list[Path]:
         )
     _check_target(target, force=force)
     target.mkdir(parents=True, exist_ok=True)
-    values = {"name": name, "cls": class_prefix(name), "where": target.as_posix()}
+    module = module_name(name)
+    values = {
+        "name": name,
+        "cls": class_prefix(name),
+        "module": module,
+        "where": target.as_posix(),
+    }
     written = []
-    for filename, template in FILES.items():
+    for filename, template in files(module).items():
         path = target / filename
         _write(path, render_template(template, values))
         written.append(path)
@@ -109,6 +123,11 @@ def scaffold(name: str, target: Path, *, force: bool = False) -> list[Path]:
 def class_prefix(name: str) -> str:
     """``"my-agent"`` and ``"my_agent"`` -> ``"MyAgent"``."""
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[-_]+", name) if part)
+
+
+def module_name(name: str) -> str:
+    """The project's module: ``"my-agent"`` -> ``"my_agent_rollout"`` (a name of its own)."""
+    return re.sub(r"[-_]+", "_", name).lower() + "_rollout"
 
 
 def render_template(template: str, values: dict[str, str]) -> str:
