@@ -218,10 +218,10 @@ def test_the_summary_numbers_are_shown(opened: Any, report: Path) -> None:
 def test_the_table_pages_and_counts(opened: Any, report: Path) -> None:
     view = opened(report)
 
-    assert view.count("table.rollouts tbody tr") == 14
+    assert view.count("table.rollouts tbody tr[data-id]") == 14
     assert view.text(".pager .info") == f"1{DASH}14 of 14"
     view.page.select_option(".pager select", "25")
-    assert view.count("table.rollouts tbody tr") == 14
+    assert view.count("table.rollouts tbody tr[data-id]") == 14
 
 
 def test_filter_by_status_category_outcome_and_reward(opened: Any, report: Path) -> None:
@@ -229,14 +229,14 @@ def test_filter_by_status_category_outcome_and_reward(opened: Any, report: Path)
     page = view.page
 
     page.select_option("select[name=status]", "failure")
-    assert view.count("table.rollouts tbody tr") == 2
+    assert view.count("table.rollouts tbody tr[data-id]") == 2
     assert view.text(".pager .info") == f"1{DASH}2 of 2 (filtered from 14)"
     page.select_option("select[name=status]", "")
     page.select_option("select[name=category]", "invalid_row")
     assert rows(view) == ["bad.s0", "bad.s1"]
     page.select_option("select[name=category]", "")
     page.select_option("select[name=outcome]", "pass")
-    assert view.count("table.rollouts tbody tr") == 5
+    assert view.count("table.rollouts tbody tr[data-id]") == 5
     page.select_option("select[name=outcome]", "")
     page.fill("input[name=rmin]", "0.2")
     page.fill("input[name=rmax]", "0.3")
@@ -247,7 +247,7 @@ def test_clicking_charts_filters_the_table(opened: Any, report: Path) -> None:
     view = opened(report)
 
     view.page.click("svg[aria-label='counts by status'] g[data-name=invalid]")
-    assert view.count("table.rollouts tbody tr") == 2
+    assert view.count("table.rollouts tbody tr[data-id]") == 2
     view.page.click("svg.reward-hist rect.bar[data-bin='9']")
     assert shows(view, PASSING) == PASSING
 
@@ -398,7 +398,7 @@ def test_a_big_run_opens(opened: Any, runs: Runs, tmp_path: Path) -> None:
     view = opened(write_run_html(big, tmp_path / "big.html"))
 
     assert view.text(".pager .info") == f"1{DASH}50 of 3,014"
-    assert view.count("table.rollouts tbody tr") == 50
+    assert view.count("table.rollouts tbody tr[data-id]") == 50
     view.page.click("button[aria-label='next page']")
     assert view.text(".pager .info") == f"51{DASH}100 of 3,014"
 

@@ -462,7 +462,8 @@ def test_20000_rollouts_stay_within_the_size_budget(tmp_path: Path) -> None:
     embedded = [row for row in data["rows"] if "t" in row]
     assert 600 < data["limits"]["embedded"] == len(embedded) < 6_667
     assert all(row["p"] is False for row in embedded)  # only failing rows, up to the budget
-    assert len(page.encode()) < 14_000_000
+    # 12 MB of transcripts and rows, plus every rollout's prompt and final answer (100 chars each)
+    assert len(page.encode()) < 16_500_000
     assert elapsed < 60  # a sanity bound, not a benchmark
 
 

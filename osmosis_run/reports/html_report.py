@@ -2,15 +2,18 @@
 
 ``render_run_html(run)`` draws one run: the summary numbers, a reward histogram, workflow and
 grader latency, the pass@k curve when rows were sampled two or more times, counts by status and
-error category, and a table of rollouts that can be filtered, sorted and paged; clicking a
-rollout shows its transcript, reward, error message and traceback, and links to its files.
+error category, model tokens and cost when the run went through the gateway, and a table of
+rollouts (its prompt and final answer at a glance, a rollout that did not pass shown as failed,
+the samples of ``-n`` grouped under their row) that can be filtered, sorted and paged; clicking
+a rollout shows its transcript, reward, error message and traceback, and links to its files.
 ``render_compare_html(a, b, comparison=...)`` draws two runs paired by rollout id: the numbers of
 ``osmosis-run compare`` (the ``Comparison`` that ``compare_runs`` returns, rendered, not computed
 again: the same deltas, row-bootstrap intervals, pairing counts and flips), both runs' own
 numbers, paired reward deltas, and the rows that flipped (pass -> fail, fail -> pass) with both
-transcripts side by side. ``save_run_html`` and ``save_compare_html`` write the page of runs
-already loaded (``write_run_html`` and ``write_compare_html`` load them first), with links
-relative to where it is written, so they work when the HTML sits in or next to the run directory.
+transcripts side by side, the first message where they differ highlighted. ``save_run_html``
+and ``save_compare_html`` write the page of runs already loaded (``write_run_html`` and
+``write_compare_html`` load them first), with links relative to where it is written, so they
+work when the HTML sits in or next to the run directory (the page says so).
 
 The page embeds its data once, as JSON in a ``<script type="application/json">`` block (every
 ``<``, ``>`` and ``&`` escaped, so no ``</script>`` or ``<!--`` in a dataset can end it), and its
@@ -19,8 +22,10 @@ Everything that comes from a dataset or a model is inserted as text, never as ma
 Content Security Policy lets only the page's own script run and blocks every network request.
 
 Limits, so that a 20,000-rollout run stays a file a browser opens in well under a second
-(measured: 5.7 MB with short transcripts, 12 MB when they are over the budget below):
+(measured: 5.7 MB with short transcripts, 15.4 MB when they are over the budget below):
 
+- Every rollout's prompt and final answer (the table's glance columns) are embedded, each cut
+  to 100 characters on one line; the drawer shows them whole, from the transcript.
 - Message content over 4,000 characters keeps its first 3,000 and last 1,000, with a marker
   saying how many were cut; tool-call arguments and reasoning over 2,000 keep 1,500 + 500.
 - A transcript over 120 messages keeps its first 20 and its last 100.
@@ -78,6 +83,7 @@ MAX_FIELD_CHARS = 2_000
 MAX_TRACEBACK_CHARS = 8_000
 MAX_ARTIFACTS = 50
 METRIC_KEYS = 12
+GLANCE_CHARS = 100  # the prompt and final answer columns of the rollout table
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -103,6 +109,8 @@ def render_run_html(run: RunData, *, html_dir: Path | None = None) -> str:
         "charts": _charts(run),
         "metrics": _metric_means(run.lines),
         "rows": [r.row for r in rollouts],
+        "groups": _row_groups(rollouts),
+        "usage": _usage_totals(run),
         "limits": embedding,
     }
     return _page(f"{_name(run)} · osmosis-run report", payload)
@@ -328,8 +336,10 @@ def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
         "lb": _clip(line.label, MAX_FIELD_CHARS),
         "md": _clip_json(line.metadata),
         "m": _clip_json(line.metrics or None),
+        "u": _usage(getattr(line, "usage", None)),
     }
     row.update({key: value for key, value in optional.items() if value is not None})
+    row["o"] = _outcome(row)
     row.update(_files(where))
     messages = line.messages
     if outcome.is_error(line.status) or line.error_message is not None:
@@ -337,8 +347,117 @@ def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
         row.update({k: v for k, v in details.items() if k != "prompt"})
         if messages is None and details.get("prompt"):
             messages, row["tp"] = details["prompt"], True
+    if messages is not None:
+        row.update(_glance(messages, answered=not row.get("tp")))
     transcript, size = _transcript(messages) if messages is not None else (None, 0)
     return _Rollout(row, transcript, size, failing=passed is False)
+
+
+def _glance(messages: list[Any], *, answered: bool = True) -> dict[str, str]:
+    """The rollout at a glance: its prompt ("pr": the last user message before the first
+    answer) and its final answer ("fa": the last assistant message with text), cut short."""
+    dicts = [m for m in messages if isinstance(m, dict)]
+    first_answer = next(
+        (i for i, m in enumerate(dicts) if m.get("role") == "assistant"), len(dicts)
+    )
+    asked = [m for m in dicts[:first_answer] if m.get("role") == "user"] or [
+        m for m in dicts if m.get("role") == "user"
+    ]
+    said = [m for m in dicts if m.get("role") == "assistant" and _text(m.get("content")).strip()]
+    out = {}
+    if asked:
+        out["pr"] = _short(_text(asked[-1].get("content")))
+    if said and answered:
+        out["fa"] = _short(_text(said[-1].get("content")))
+    return out
+
+
+def _short(text: str) -> str:
+    """One line of at most GLANCE_CHARS characters: whitespace runs become one space."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= GLANCE_CHARS else flat[: GLANCE_CHARS - 1] + "…"
+
+
+# A results line's usage (the gateway's accounting) -> the page's short keys.
+_USAGE_KEYS = {
+    "requests": "rq",
+    "prompt_tokens": "pt",
+    "completion_tokens": "ct",
+    "total_tokens": "tt",
+    "retries": "rt",
+    "model_wait_ms": "w",
+    "cost": "$",
+}
+
+
+def _usage_dict(usage: Any) -> dict[str, Any] | None:
+    """A usage record as a dict, whether it was read as a model or as plain JSON."""
+    if usage is None:
+        return None
+    if hasattr(usage, "model_dump"):
+        usage = usage.model_dump(mode="json")
+    return usage if isinstance(usage, dict) else None
+
+
+def _usage(usage: Any) -> dict[str, float] | None:
+    """One rollout's model usage in the page's short form (finite numbers only)."""
+    data = _usage_dict(usage)
+    if data is None:
+        return None
+    out: dict[str, float] = {}
+    for key, short in _USAGE_KEYS.items():
+        value = data.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            out[short] = value
+    return out or None
+
+
+def _usage_totals(run: RunData) -> dict[str, Any] | None:
+    """The run's model usage: summary.json's totals when it has them, else the lines' sums.
+
+    None when no rollout went through the gateway (the page then shows no token figures).
+    """
+    model = _usage_dict(getattr(run.summary, "model", None))
+    sums: dict[str, float] = {}
+    costed = rollouts = 0
+    for line in run.lines:
+        usage = _usage(getattr(line, "usage", None))
+        if usage is None:
+            continue
+        rollouts += 1
+        costed += "$" in usage
+        for key, value in usage.items():
+            sums[key] = sums.get(key, 0) + value
+    if model is not None:
+        sums = _usage(model) or {}
+        rollouts = int(model.get("rollouts") or rollouts)
+        costed = int("$" in sums)
+    if not rollouts and not sums:
+        return None
+    if not costed:
+        sums.pop("$", None)
+    return {"rollouts": rollouts, **sums}
+
+
+def _row_groups(rollouts: list[_Rollout]) -> dict[str, dict[str, Any]]:
+    """Per dataset row with two or more rollouts (``-n``): samples, passed, failed, errors,
+    and the mean score (failures count 0), so the table can head each row's samples."""
+    by_row: dict[int, list[dict[str, Any]]] = {}
+    for r in rollouts:
+        by_row.setdefault(r.row["r"], []).append(r.row)
+    groups = {}
+    for index, rows in by_row.items():
+        if len(rows) < 2:
+            continue
+        scores = [s for s in (outcome.score(x["st"], x.get("rw")) for x in rows) if s is not None]
+        groups[str(index)] = {
+            "n": len(rows),
+            "p": sum(x["o"] == "pass" for x in rows),
+            "f": sum(x["o"] == "fail" for x in rows),
+            "e": sum(x["o"] == "error" for x in rows),
+            "m": sum(scores) / len(scores) if scores else None,
+        }
+    return groups
 
 
 def _finite(value: float | None) -> float | None:
@@ -685,6 +804,10 @@ def _pairs(
         row: dict[str, Any] = {"i": key, "k": kind, "A": a, "B": b}
         if delta is not None:
             row["d"] = delta
+        if key in rows_a and key in rows_b:
+            first = _first_difference(rows_a[key].transcript, rows_b[key].transcript)
+            if first is not None:
+                row["fd"] = first
         pairs.append(_Pair(row, kind, delta))
         # Over the transcript budget, flipped rows come first, then rows failing in either run.
         failing = any(side.failing for side in sides)
@@ -692,6 +815,17 @@ def _pairs(
         for side in sides:
             side.compare_priority = priority
     return pairs
+
+
+def _first_difference(a: list[dict[str, Any]] | None, b: list[dict[str, Any]] | None) -> int | None:
+    """The index of the first message that differs between two transcripts (as the page
+    shows them), or None when either has none or they are the same."""
+    if a is None or b is None:
+        return None
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _kind(a: dict[str, Any] | None, b: dict[str, Any] | None, flip: str | None) -> str:

@@ -2,8 +2,9 @@
  *
  * One rule keeps it safe: text from a dataset or a model reaches the DOM only as text
  * (textContent, text nodes, attribute values), never as markup: nothing here parses HTML.
- * Nothing here decides what an outcome means either: whether a rollout passed ("p"), the
- * statuses and the comparison's numbers all come computed in the data.
+ * Nothing here decides what an outcome means either: whether a rollout passed ("p"), its
+ * outcome ("o": pass, fail, error or none), the statuses, the groups of samples, the first
+ * differing message of a pair ("fd") and the comparison's numbers all come computed in the data.
  */
 (function () {
   "use strict";
@@ -67,6 +68,10 @@
     if (s < 3600) return Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
     return (s / 3600).toFixed(1) + " h";
   }
+  function money(x) {
+    if (!isNum(x)) return "—";
+    return "$" + (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(2) : x.toPrecision(2));
+  }
   function bytes(n) {
     if (!isNum(n)) return "";
     if (n < 1024) return n + " B";
@@ -95,6 +100,19 @@
     const known = STATUSES.includes(status) ? status : "ungraded";
     return el("span", { class: "pill " + known, text: status });
   }
+
+  /* What a rollout came to: "passed" or "failed" for a graded one (a success whose reward is
+   * below the pass threshold is failed, never a green "success"), else its status. */
+  function outcomePill(row) {
+    if (!row) return pill(null);
+    const why = `status ${row.st}` + (isNum(row.rw) ? `, reward ${fix(row.rw, 3)}` : "");
+    if (row.o === "pass") return el("span", { class: "pill passed", "data-outcome": "pass", title: why, text: "passed" });
+    if (row.o === "fail") return el("span", { class: "pill failed", "data-outcome": "fail", title: why + ", below the pass threshold", text: "failed" });
+    const node = pill(row.st);
+    node.setAttribute("data-outcome", row.o || "none");
+    return node;
+  }
+  const OUTCOME_ORDER = ["pass", "none", "fail", "error"];
 
   function rewardText(row) {
     if (!row || !isNum(row.rw)) return el("span", { class: "muted", text: "—" });
@@ -125,6 +143,23 @@
   }
 
   // -- charts --------------------------------------------------------------------------------
+
+  /* Chart text is 11-12 px: about this many px per character, for keeping labels apart. */
+  const CHAR_W = 6.6;
+  const textWidth = (text) => String(text).length * CHAR_W;
+
+  /* Of labels at ascending x (centred), the ones that fit side by side, always the first and,
+   * if it fits, the last: [x, text] pairs. */
+  function spaced(labels, gap = 6) {
+    const kept = [];
+    const fits = (a, b) => Math.abs(a[0] - b[0]) >= (textWidth(a[1]) + textWidth(b[1])) / 2 + gap;
+    labels.forEach((label, i) => {
+      const last = kept[kept.length - 1];
+      if (!last || fits(last, label)) kept.push(label);
+      else if (i === labels.length - 1 && kept.length > 1 && fits(kept[kept.length - 2], label)) kept[kept.length - 1] = label;
+    });
+    return kept;
+  }
 
   /* A vertical histogram: one rect.bar per bin (empty bins too), so bins can be counted. */
   function histogram(spec) {
@@ -212,12 +247,15 @@
           class: "bar lat-" + name, x: L + i * bw + 1, y: top + PH - h, width: Math.max(bw - 2, 1), height: h, rx: 1.5, "data-count": count,
         }, sv("title", { text: `${name} ${ms(spec.edges[i])}–${ms(spec.edges[i + 1])}: ${int(count)}` })));
       });
-      let lastX = -Infinity, row = 0;
+      const rowsEnd = [-Infinity, -Infinity, -Infinity]; // where each line of labels ends
       for (const [q, v] of [["p50", dist.p50], ["p90", dist.p90], ["p99", dist.p99]]) {
         if (!isNum(v) || v <= 0) continue;
-        const x = Math.min(Math.max(xOf(v), L), W - R);
-        row = x - lastX < 26 ? 1 - row : 0; // labels too close take turns on two lines
-        lastX = x;
+        const x = Math.min(Math.max(xOf(v), L + 10), W - R - 10);
+        const half = textWidth(q) / 2;
+        // Labels too close for one line go on the next free one, so none overlap.
+        let row = rowsEnd.findIndex((end) => x - half >= end + 3);
+        if (row < 0) row = rowsEnd.length - 1;
+        rowsEnd[row] = x + half;
         svg.appendChild(sv("line", { class: "marker", x1: x, x2: x, y1: top + 4 + row * 11, y2: top + PH },
           sv("title", { text: `${name} ${q}: ${ms(v)}` })));
         svg.appendChild(sv("text", { class: "marker-label", x, y: top + 9 + row * 11, "text-anchor": "middle", text: q }));
@@ -225,13 +263,17 @@
     });
     const axisY = H - B + 16;
     const steps = hi - lo < 2 ? [1, 2, 5] : [1]; // short ranges get 2x and 5x ticks too
+    const ticks = [];
     for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
       for (const m of steps) {
         const v = m * Math.pow(10, e), at = Math.log10(v);
         if (at < lo - 1e-9 || at > hi + 1e-9) continue;
         const text = v >= 1000 ? `${Number((v / 1000).toPrecision(3))} s` : `${Number(v.toPrecision(3))} ms`;
-        svg.appendChild(sv("text", { x: xOf(v), y: axisY, "text-anchor": "middle", text }));
+        ticks.push([xOf(v), text]);
       }
+    }
+    for (const [x, text] of spaced(ticks)) { // a wide range or a narrow chart: fewer ticks, none overlapping
+      svg.appendChild(sv("text", { x: Math.min(Math.max(x, textWidth(text) / 2), W - textWidth(text) / 2), y: axisY, "text-anchor": "middle", text }));
     }
     svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 2, "text-anchor": "middle", text: "milliseconds (log scale)" }));
     return svg;
@@ -248,15 +290,21 @@
       svg.appendChild(sv("line", { class: f ? "grid" : "axis", x1: L, x2: W - R, y1: y(f), y2: y(f) }));
       svg.appendChild(sv("text", { x: L - 6, y: y(f) + 4, "text-anchor": "end", text: f.toFixed(2) }));
     }
-    ks.forEach((k, i) => svg.appendChild(sv("text", { x: xs(i), y: H - B + 16, "text-anchor": "middle", text: "k=" + k })));
+    const kLabels = ks.map((k, i) => [xs(i), "k=" + k]);
+    for (const [x, text] of spaced(kLabels)) svg.appendChild(sv("text", { x, y: H - B + 16, "text-anchor": "middle", text }));
+    const values = [];
     for (const [key, cls, name] of [["pass_hat_k", "pass-hat-k", "pass^k"], ["pass_at_k", "pass-at-k", "pass@k"]]) {
       const points = summary[key];
       const d = points.map((p, i) => (i ? "L" : "M") + xs(i).toFixed(1) + " " + y(p.value).toFixed(1)).join(" ");
       svg.appendChild(sv("path", { class: "line " + cls, d }));
       points.forEach((p, i) => {
         svg.appendChild(sv("circle", { class: "pt " + cls, cx: xs(i), cy: y(p.value), r: 4.5 }, sv("title", { text: `${name} k=${p.k}: ${fix(p.value)}` })));
-        if (cls === "pass-at-k") svg.appendChild(sv("text", { class: "bar-label", x: xs(i), y: y(p.value) - 9, "text-anchor": "middle", text: fix(p.value, 3) }));
+        if (cls === "pass-at-k") values.push([xs(i), fix(p.value, 3), y(p.value)]);
       });
+    }
+    // Values over their points, as many as fit side by side (every point has its tooltip).
+    for (const [x, text, at] of spaced(values)) {
+      svg.appendChild(sv("text", { class: "bar-label", x, y: Math.max(at - 9, 10), "text-anchor": "middle", text }));
     }
     svg.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", text: "samples per row drawn (k)" }));
     return svg;
@@ -291,8 +339,11 @@
 
   /* A sortable, paged table over a filtered list of rows; only one page is ever in the DOM. */
   class Table {
-    constructor({ columns, rows, pageSize = 50, sizes = [25, 50, 100, 250], onOpen, empty, name }) {
+    constructor({ columns, rows, pageSize = 50, sizes = [25, 50, 100, 250], onOpen, empty, name, group }) {
       Object.assign(this, { columns, rows, pageSize, sizes, onOpen, empty, name });
+      // group: { key(row), head(row) -> node, on: bool }: rows of one key, drawn together under
+      // a head row, while the table is in its own order (or sorted by a column that keeps them).
+      this.group = group || null;
       this.filter = () => true;
       this.sort = null;
       this.page = 0;
@@ -352,12 +403,25 @@
       this.page = Math.min(Math.max(page, 0), this.pages() - 1);
       this.draw();
     }
+    grouping() {
+      const g = this.group;
+      return Boolean(g && g.on && (!this.sort || (g.keeps || []).includes(this.sort.key)));
+    }
     draw() {
       clear(this.tbody);
       const start = this.page * this.pageSize, end = Math.min(start + this.pageSize, this.view.length);
+      const grouping = this.grouping();
+      let previous;
       for (let p = start; p < end; p++) {
         const row = this.rows[this.view[p]];
-        const tr = el("tr", { tabindex: 0, "data-id": row.i, class: this.current === row ? "current" : null,
+        const key = grouping ? this.group.key(row) : undefined;
+        if (grouping && key !== null && key !== previous) {
+          this.tbody.appendChild(el("tr", { class: "group-row", "data-group": key },
+            el("td", { colspan: this.columns.length }, this.group.head(row, p === start && p > 0 && this.group.key(this.rows[this.view[p - 1]]) === key))));
+        }
+        previous = key;
+        const grouped = grouping && key !== null;
+        const tr = el("tr", { tabindex: 0, "data-id": row.i, class: [this.current === row ? "current" : "", grouped ? "in-group" : ""].join(" ").trim() || null,
           onclick: () => this.onOpen(this, p), onkeydown: (e) => { if (e.key === "Enter") this.onOpen(this, p); } },
         this.columns.map((col) => el("td", { class: col.cls || null }, col.cell(row))));
         this.tbody.appendChild(tr);
@@ -487,6 +551,20 @@
     return base + "rollouts/" + encodeURIComponent(id) + "/" + path.split("/").map(encodeURIComponent).join("/");
   }
 
+  function usageText(u) {
+    const parts = [`${int(u.tt)} (${int(u.pt)} prompt + ${int(u.ct)} completion)`, `${int(u.rq)} request${u.rq === 1 ? "" : "s"}`];
+    if (u.rt) parts.push(`${int(u.rt)} retr${u.rt === 1 ? "y" : "ies"}`);
+    if (isNum(u.w) && u.w > 0) parts.push(`waited ${ms(u.w)}`);
+    return parts.join(" · ");
+  }
+
+  /* Links to a rollout's files are relative to where the page was written: say so. */
+  function linksNote(run) {
+    if (/^file:/.test(run.base)) return "File links are absolute paths on the machine that wrote this report.";
+    const where = run.base ? `the run directory (${decodeURIComponent(run.base.replace(/\/$/, ""))}, from this page's folder)` : "the run directory, where this page was written";
+    return `File links are relative to ${where}: they open while the page stays beside the run.`;
+  }
+
   function fact(k, v) { return el("div", { class: "fact" }, el("div", { class: "k", text: k }), el("div", { class: "v" }, v)); }
 
   function cutText(cls, head, omitted, tail) {
@@ -552,7 +630,8 @@
       el("ul", { class: "files" }, items.map(([path, size]) => el("li", null,
         el("a", { class: "mono", href: fileHref(run.base, row.i, path), target: "_blank", rel: "noopener", text: path }),
         el("span", { class: "size", text: bytes(size) })))),
-      row.afn ? el("p", { class: "muted", text: `${int(row.afn)} artifact files; the first ${row.af.length} are listed.` }) : null);
+      row.afn ? el("p", { class: "muted", text: `${int(row.afn)} artifact files; the first ${row.af.length} are listed.` }) : null,
+      el("p", { class: "muted links-note", text: linksNote(run) }));
   }
 
   function keyValues(value) {
@@ -570,15 +649,19 @@
       return;
     }
     const shortLabel = row.lb !== undefined && row.lb.length <= 60 && !row.lb.includes("\n");
+    const u = row.u;
     into.appendChild(el("div", { class: "facts" },
-      fact("status", pill(row.st)),
+      fact("result", outcomePill(row)),
+      fact("status", el("span", { class: "mono", "data-status": row.st, text: row.st })),
       fact("reward", rewardText(row)),
       fact("passed", row.p === undefined ? "—" : el("span", { class: "outcome " + (row.p ? "pass" : "fail"), text: row.p ? "yes" : "no" })),
       shortLabel ? fact("label", el("span", { class: "mono", text: row.lb })) : null,
       fact("row", (row.rid !== undefined ? String(row.rid) + " · " : "") + `#${row.r} · line ${row.l}`),
       fact("sample", String(row.s)),
       fact("attempts", String(row.a)),
-      fact("workflow · grader", ms(row.wm) + " · " + ms(row.gm))));
+      fact("workflow · grader", ms(row.wm) + " · " + ms(row.gm)),
+      u ? fact("model tokens", usageText(u)) : null,
+      u && isNum(u.$) ? fact("model cost", money(u.$)) : null));
     if (row.em || row.ec || row.tb) {
       into.appendChild(el("div", { class: "block" }, el("h3", { text: "Error" + (row.es ? " · in the " + row.es : "") }),
         el("div", { class: "error-box" },
@@ -627,7 +710,24 @@
       best ? kpi(`pass@${best.k}`, fix(best.value), `pass^${best.k} ${fix(s.pass_hat_k[s.pass_hat_k.length - 1].value)}`) : null,
       kpi("Errors", int(s.errors), `${pct(s.error_rate)} of rollouts`, s.errors ? "bad" : ""),
       kpi("Latency p50", ms(s.workflow_ms.p50), `workflow · p99 ${ms(s.workflow_ms.p99)}; grader ${ms(s.grader_ms.p50)}`),
-      kpi("Wall time", seconds(s.wall_s), isNum(s.throughput_per_s) ? `${s.throughput_per_s.toFixed(1)} rollouts/s` : ""));
+      kpi("Wall time", seconds(s.wall_s), isNum(s.throughput_per_s) ? `${s.throughput_per_s.toFixed(1)} rollouts/s` : ""),
+      usageKpis(DATA.usage));
+  }
+
+  /* Model tokens and cost, when the run's rollouts went through the gateway. */
+  function usageKpis(u) {
+    if (!u) return null;
+    const requests = `${int(u.rq)} request${u.rq === 1 ? "" : "s"} by ${int(u.rollouts)} rollout${u.rollouts === 1 ? "" : "s"}` + (u.rt ? ` · ${int(u.rt)} retr${u.rt === 1 ? "y" : "ies"}` : "");
+    return [
+      el("div", { class: "card kpi", "data-kpi": "tokens" },
+        el("div", { class: "label", text: "Model tokens" }),
+        el("div", { class: "value", text: int(u.tt) }),
+        el("div", { class: "detail", text: `${int(u.pt)} prompt · ${int(u.ct)} completion · ${requests}` })),
+      isNum(u.$) ? el("div", { class: "card kpi", "data-kpi": "cost" },
+        el("div", { class: "label", text: "Model cost" }),
+        el("div", { class: "value", text: money(u.$) }),
+        el("div", { class: "detail", text: u.rollouts ? `${money(u.$ / u.rollouts)} per rollout` : "" })) : null,
+    ];
   }
 
   function emptyChart(text) { return el("div", { class: "empty-chart", text }); }
@@ -676,18 +776,43 @@
     return parts;
   }
 
-  function rolloutColumns() {
+  /* A clipped cell of text (the full text, up to the report's cut, in its tooltip). */
+  function glanceCell(text) {
+    if (text === undefined) return el("span", { class: "muted", text: "—" });
+    return el("div", { class: "glance-text", title: text, text });
+  }
+
+  function rowName(r) { return r.rid !== undefined ? String(r.rid) : "#" + r.r; }
+
+  function rolloutColumns(withUsage) {
     return [
       { key: "id", label: "Rollout", cls: "id", sort: (r) => r.i, cell: (r) => r.i },
-      { key: "row", label: "Row", cls: "opt", sort: (r) => r.r, cell: (r) => (r.rid !== undefined ? String(r.rid) : "#" + r.r) },
+      { key: "row", label: "Row", cls: "opt", sort: (r) => r.r, cell: rowName },
       { key: "sample", label: "Sample", cls: "r opt", sort: (r) => r.s, cell: (r) => String(r.s) },
-      { key: "status", label: "Status", sort: (r) => STATUSES.indexOf(r.st), cell: (r) => pill(r.st) },
+      { key: "status", label: "Result", sort: (r) => OUTCOME_ORDER.indexOf(r.o) * 10 + STATUSES.indexOf(r.st), cell: outcomePill },
       { key: "reward", label: "Reward", cls: "r", sort: (r) => r.rw, firstDir: -1, cell: (r) => rewardText(r) },
+      { key: "prompt", label: "Prompt", cls: "glance", sort: (r) => r.pr, cell: (r) => glanceCell(r.pr) },
+      { key: "answer", label: "Final answer", cls: "glance", sort: (r) => r.fa, cell: (r) => glanceCell(r.fa) },
       { key: "error", label: "Error", cls: "err", sort: (r) => r.ec, cell: (r) => (r.ec || r.em ? el("div", { class: "err-text" }, r.ec ? el("span", { class: "cat", text: r.ec }) : null, r.em || "") : el("span", { class: "muted", text: "—" })) },
+      withUsage ? { key: "tokens", label: "Tokens", cls: "r opt", sort: (r) => (r.u ? r.u.tt : null), firstDir: -1, cell: (r) => (r.u && isNum(r.u.tt) ? int(r.u.tt) : el("span", { class: "muted", text: "—" })) } : null,
       { key: "attempts", label: "Tries", cls: "r opt", sort: (r) => r.a, firstDir: -1, cell: (r) => String(r.a) },
       { key: "wm", label: "Workflow", cls: "r opt", sort: (r) => r.wm, firstDir: -1, cell: (r) => ms(r.wm) },
       { key: "gm", label: "Grader", cls: "r opt", sort: (r) => r.gm, firstDir: -1, cell: (r) => ms(r.gm) },
-    ];
+    ].filter(Boolean);
+  }
+
+  /* The head of one dataset row's samples (-n): how they did together. */
+  function groupHead(groups) {
+    return (row, continued) => {
+      const g = groups[String(row.r)];
+      const parts = [`${int(g.n)} samples`, `${int(g.p)} passed`, `${int(g.f)} failed`];
+      if (g.e) parts.push(`${int(g.e)} error${g.e === 1 ? "" : "s"}`);
+      parts.push(`mean ${fix(g.m)}`);
+      return el("div", { class: "group-head" },
+        el("span", { class: "group-name" }, "Row ", el("b", { class: "mono", text: rowName(row) }), ` · line ${row.l}` + (continued ? " (continued)" : "")),
+        el("span", { class: "group-stats", text: parts.join(" · ") }),
+        row.pr !== undefined ? el("span", { class: "group-prompt", title: row.pr, text: row.pr }) : null);
+    };
   }
 
   function option(value, text, count) {
@@ -696,8 +821,12 @@
 
   function runPage(app) {
     const run = DATA.run, s = DATA.summary, rows = DATA.rows;
-    const render = (row, body, extra) => { extra.append(pill(row.st), isNum(row.rw) ? rewardText(row) : ""); detail(row, run, body); };
-    const table = new Table({ columns: rolloutColumns(), rows, name: "rollouts", onOpen: (t, pos) => drawer.open(t, pos, render, false) });
+    const render = (row, body, extra) => { extra.append(outcomePill(row), isNum(row.rw) ? rewardText(row) : ""); detail(row, run, body); };
+    const groups = DATA.groups || {};
+    const grouped = Object.keys(groups).length > 0;
+    const group = grouped ? { key: (r) => (groups[String(r.r)] ? String(r.r) : null), head: groupHead(groups), on: true, keeps: ["row", "sample"] } : null;
+    const table = new Table({ columns: rolloutColumns(Boolean(DATA.usage)), rows, name: "rollouts", group, onOpen: (t, pos) => drawer.open(t, pos, render, false) });
+    const groupToggle = grouped ? el("label", { class: "toggle" }, el("input", { type: "checkbox", name: "group", checked: true, onchange: (e) => { group.on = e.target.checked; table.draw(); } }), "group samples by row") : null;
     const status = el("select", { "aria-label": "status", name: "status" }, option("", "All statuses"), STATUSES.filter((x) => s.counts[x]).map((x) => option(x, x, s.counts[x])));
     const cats = Object.entries(s.error_categories);
     const category = el("select", { "aria-label": "error category", name: "category" }, option("", "All categories"), cats.map(([x, n]) => option(x, x, n)), option("-", "no error"));
@@ -729,7 +858,7 @@
       status.value = category.value = outcome.value = rmin.value = rmax.value = search.value = ""; typed();
     } });
     const toolbar = el("div", { class: "toolbar" }, search, status, category, outcome,
-      el("label", null, "reward", rmin, "–", rmax), reset);
+      el("label", null, "reward", rmin, "–", rmax), groupToggle, reset);
     const tableSection = el("section", { id: "rollouts" }, el("h2", { class: "section-title" }, "Rollouts", el("span", { class: "count", text: int(rows.length) })), table.element(toolbar));
     const focus = () => tableSection.scrollIntoView({ behavior: "smooth", block: "start" });
     // A click on a chart shows exactly what was clicked: it replaces the other filters (not the search).
@@ -835,12 +964,31 @@
         detail(row, run, col);
         return col;
       };
-      body.appendChild(el("div", { class: "sides" }, side("A", A, pair.A), side("B", B, pair.B)));
+      const sides = el("div", { class: "sides" }, side("A", A, pair.A), side("B", B, pair.B));
+      if (isNum(pair.fd)) markFirstDifference(sides, pair.fd);
+      body.appendChild(sides);
     };
   }
 
+  /* Highlight message ``at`` (the first that differs) in both transcripts of a pair. */
+  function markFirstDifference(sides, at) {
+    let first = null;
+    for (const transcript of sides.querySelectorAll(".transcript")) {
+      const node = transcript.children[at];
+      const label = el("div", { class: "diff-label", text: `first difference · message ${at + 1}` });
+      if (node) {
+        node.classList.add("first-diff");
+        node.insertBefore(label, node.firstChild);
+        first = first || node;
+      } else {
+        transcript.appendChild(el("div", { class: "msg first-diff missing-msg" }, label, el("div", { class: "empty-content", text: "(no message here: this transcript ends before it)" })));
+      }
+    }
+    if (first) requestAnimationFrame(() => first.scrollIntoView({ block: "center" }));
+  }
+
   function pairColumns() {
-    const st = (side) => (p) => (p[side] ? pill(p[side].st) : pill(null));
+    const st = (side) => (p) => outcomePill(p[side]);
     return [
       { key: "id", label: "Rollout", cls: "id", sort: (p) => p.i, cell: (p) => p.i },
       { key: "row", label: "Row", cls: "opt", sort: (p) => (p.A || p.B).r, cell: (p) => { const r = p.A || p.B; return r.rid !== undefined ? String(r.rid) : "#" + r.r; } },
