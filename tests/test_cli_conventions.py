@@ -311,15 +311,13 @@ def test_force_color_off_a_terminal_colours_plain_lines_and_never_redraws(
     assert plain[-1] == "ok: error budget: held (0 of 3 rollouts failed, 0.00%; 1 allowed)"
 
 
-def test_a_terminal_gets_a_live_bar_with_labelled_columns(tmp_path: Path) -> None:
+def on_a_terminal(args: list[str], cwd: Path) -> str:
+    """Run ``osmosis-run ARGS`` with stderr on a pseudo-terminal; what it drew, colours removed."""
     import pty
 
-    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(10, metadata={"sleep": 0.1}))
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [*EXE, "eval", str(data), "-w", "eval_flows:Sleepy", "-c", "1", "--max-error-rate", "1",
-         "--out", "tty"],
-        cwd=tmp_path, env=subprocess_env(COLUMNS="160"),
+        [*EXE, *args], cwd=cwd, env=subprocess_env(COLUMNS="160"),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
     )  # fmt: skip
     os.close(slave)
@@ -332,10 +330,28 @@ def test_a_terminal_gets_a_live_bar_with_labelled_columns(tmp_path: Path) -> Non
         if not chunk:
             break
         screen += chunk
-    proc.wait(timeout=30)
+    assert proc.wait(timeout=30) == 0
     os.close(master)
-    text = SGR.sub("", screen.decode(errors="replace"))
-    assert proc.returncode == 0
+    return SGR.sub("", screen.decode(errors="replace"))
+
+
+def test_a_terminal_gets_a_live_bar_with_labelled_columns(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(10, metadata={"sleep": 0.1}))
+    text = on_a_terminal(
+        ["eval", str(data), "-w", "eval_flows:Sleepy", "-c", "1", "--max-error-rate", "1",
+         "--out", "tty"],
+        tmp_path,
+    )  # fmt: skip
     assert re.search(
         r"eval .* done \d+/10 mean reward - +errors 0 rate [\d.]+/s elapsed \d+s ETA", text
     ), text
+
+
+def test_verbose_records_print_above_the_live_bar(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(3))
+    raw = on_a_terminal(
+        ["eval", str(data), "-w", "eval_flows:Logging", "-v", "--out", "tty"], tmp_path
+    )
+    for i in range(3):
+        # Each record is a whole line of its own, after the bar's line is erased (ESC [2K).
+        assert re.search(rf"\x1b\[2K{TIME} INFO user\.flow: thinking about p{i}\r?$", raw, re.M)

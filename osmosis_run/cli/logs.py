@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Iterator
 
 # -v: INFO and above; -vv (or more): DEBUG too.
@@ -21,6 +22,18 @@ def level_of(verbose: int) -> int:
     return _LEVELS.get(verbose, logging.DEBUG)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to stderr as it is at that moment: above a live progress bar while
+    one is drawn (through rich's proxy of stderr), else to the CLI's stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from osmosis_run.cli.render import stderr
+
+        current = sys.stderr
+        self.stream = current if hasattr(current, "rich_proxied_file") else stderr
+        super().emit(record)
+
+
 @contextlib.contextmanager
 def to_stderr(verbose: int) -> Iterator[None]:
     """With ``verbose`` >= 1, send every logger's records at its level to stderr, then undo.
@@ -31,10 +44,8 @@ def to_stderr(verbose: int) -> Iterator[None]:
     if verbose <= 0:
         yield
         return
-    from osmosis_run.cli.render import stderr
-
     root = logging.getLogger()
-    handler = logging.StreamHandler(stderr)
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter(FORMAT, DATE_FORMAT))
     before = root.level
     root.addHandler(handler)
