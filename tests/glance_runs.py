@@ -43,7 +43,11 @@ def answered(text: str) -> list[dict[str, Any]]:
 
 def run_a_lines(*, usage: bool = True) -> list[ResultLine]:
     extra: dict[str, Any] = {"usage": USAGE} if usage else {}
-    other: dict[str, Any] = {"usage": {**USAGE, "total_tokens": 80, "cost": 0.003}} if usage else {}
+    other: dict[str, Any] = (
+        {"usage": {**USAGE, "prompt_tokens": 60, "total_tokens": 80, "cost": 0.003}}
+        if usage
+        else {}
+    )
     return [
         line("q1.s0", reward=1.0, row_index=0, line=1, messages=answered("4"), **extra),
         line("q1.s1", reward=0.0, row_index=0, line=1, messages=answered("5"), **other),

@@ -66,7 +66,7 @@ def test_model_usage_per_rollout_and_in_total(tmp_path: Path) -> None:
     }
     assert "u" not in rows["q2.s0"]
     assert data["usage"] == {
-        "rollouts": 2, "rq": 4, "pt": 200, "ct": 40, "tt": 200, "rt": 2, "w": 60.0, "$": 0.005,
+        "rollouts": 2, "rq": 4, "pt": 160, "ct": 40, "tt": 200, "rt": 2, "w": 60.0, "$": 0.005,
     }  # fmt: skip
 
 

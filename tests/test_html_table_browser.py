@@ -163,7 +163,7 @@ def test_tokens_and_cost_when_the_run_has_them(opened: Any, tmp_path: Path) -> N
     view = opened(write_run_html(write_a(tmp_path), tmp_path / "a.html"))
 
     assert view.text("[data-kpi=tokens]").split("\n") == [
-        "MODEL TOKENS", "200", "200 prompt · 40 completion · 4 requests by 2 rollouts · 2 retries",
+        "MODEL TOKENS", "200", "160 prompt · 40 completion · 4 requests by 2 rollouts · 2 retries",
     ]  # fmt: skip
     assert view.text("[data-kpi=cost]").split("\n") == [
         "MODEL COST",
