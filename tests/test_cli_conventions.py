@@ -98,15 +98,16 @@ def test_completion_completes_commands_and_options(tmp_path: Path) -> None:
     assert complete("osmosis-run eval --concu") == ["--concurrency"]
 
 
-def test_help_starts_without_rich() -> None:
-    """``--help`` loads neither rich nor the library behind the commands: it starts fast."""
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["eval", "-h"], ["--version"]])
+def test_help_and_version_start_without_rich(args: list[str]) -> None:
+    """They load neither rich nor the library behind the commands: they start fast."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "from osmosis_run.cli import main; main()",
-         "--help"],
+         *args],
         capture_output=True, text=True, timeout=30, check=False, env=subprocess_env(),
     )  # fmt: skip
     assert done.returncode == 0
-    assert done.stdout.startswith("Usage: ")
+    assert done.stdout.startswith(("Usage: ", "osmosis-run "))
     loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert not {name for name in loaded if name.split(".")[0] == "rich"}
     assert "osmosis_run.run.scheduler" not in loaded
