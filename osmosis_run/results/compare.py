@@ -248,10 +248,35 @@ def _notes(a: RunData, b: RunData, pass_threshold: float | None) -> list[str]:
             f"the runs use different pass thresholds (A {a.summary.pass_threshold:g}, "
             f"B {b.summary.pass_threshold:g}); both are judged at A's"
         )
+    grader = _grader_note(a, b)
+    if grader is not None:
+        notes.append(grader)
     for name, run in (("A", a), ("B", b)):
         if run.stored_summary is None or run.stored_summary.interrupted:
             notes.append(f"run {name} did not finish ({run.summary.rollouts} rollouts so far)")
     return notes
+
+
+def _grader_note(a: RunData, b: RunData) -> str | None:
+    """Say when B re-grades A's samples (or A B's), or when the runs use different graders."""
+    for name, run, other in (("B", b, a), ("A", a, b)):
+        source = run.graded_from
+        if source is not None and _same_dir(source, other.run_dir):
+            return (
+                f"{name} grades {'A' if name == 'B' else 'B'}'s samples again: grader "
+                f"{other.grader or 'none'} -> {run.grader or 'none'}; every difference is "
+                "the grader's (the workflow did not run again)"
+            )
+    if a.grader != b.grader:
+        return f"the runs use different graders (A {a.grader or 'none'}, B {b.grader or 'none'})"
+    return None
+
+
+def _same_dir(one: Path, other: Path) -> bool:
+    try:
+        return one.resolve() == other.resolve()
+    except OSError:
+        return False
 
 
 def _deltas(
