@@ -33,6 +33,7 @@ from osmosis_run.results import outcome
 from osmosis_run.results.gates import Verdict
 from osmosis_run.results.records import ResultLine
 from osmosis_run.results.rundata import RunData
+from osmosis_run.results.words import plural
 
 __all__ = [
     "CompareMetric",
@@ -202,7 +203,7 @@ def regression_verdict(cmp: Comparison, delta: float) -> Verdict:
     message = (
         f"{name}: {detail} (B - A = {primary.delta:+.4f}, "
         f"{cmp.confidence:.0%} CI [{primary.ci.low:+.4f}, {primary.ci.high:+.4f}], "
-        f"{cmp.paired} paired rollouts over {cmp.paired_rows} rows)"
+        f"{plural(cmp.paired, 'paired rollout')} over {plural(cmp.paired_rows, 'row')})"
     )
     return Verdict(name=name, held=not regressed, message=message)
 
@@ -253,7 +254,9 @@ def _notes(a: RunData, b: RunData, pass_threshold: float | None) -> list[str]:
         notes.append(grader)
     for name, run in (("A", a), ("B", b)):
         if run.stored_summary is None or run.stored_summary.interrupted:
-            notes.append(f"run {name} did not finish ({run.summary.rollouts} rollouts so far)")
+            notes.append(
+                f"run {name} did not finish ({plural(run.summary.rollouts, 'rollout')} so far)"
+            )
     return notes
 
 
