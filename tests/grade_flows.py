@@ -62,10 +62,12 @@ class Lenient(Grader):
     """1.0 when the label is in the answer, else 0.25; reads and writes artifacts.
 
     It checks that the workflow's artifact is there (a missing one fails the grading) and
-    leaves ``graded.txt`` beside it.
+    leaves ``graded.txt`` beside it; while ``GRADE_FLOWS_BROKEN`` is set it raises instead.
     """
 
     async def grade(self, ctx: GraderContext) -> None:
+        if os.environ.get("GRADE_FLOWS_BROKEN"):
+            raise RuntimeError("the judge is down")
         assert ctx.artifacts_dir is not None
         written = (ctx.artifacts_dir / "answer.txt").read_text()
         assert written == _answer(ctx), "the workflow's artifact is not the answer"

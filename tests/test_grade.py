@@ -240,6 +240,33 @@ def test_grader_timeout_config_concurrency_and_gates(cli: Cli, source: Path) -> 
 
 
 @pytest.mark.usefixtures("no_workflow")
+def test_retry_failed_grades_the_grader_failures_again(
+    cli: Cli, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["grade", "src", "-g", "grade_flows:Lenient", "--out", "new", "--max-error-rate", "9"]
+    monkeypatch.setenv("GRADE_FLOWS_BROKEN", "1")
+    assert cli(*args).exit_code == 0
+    broken = by_id(source.parent / "new")
+    assert broken["a.s0"].error_message == "the judge is down"
+    monkeypatch.delenv("GRADE_FLOWS_BROKEN")
+
+    kept = cli(*args)
+    assert "(5 of them failed and are kept as they are" in kept.stderr
+    retried = cli(*args, "--retry-failed")
+
+    assert retried.exit_code == 0, retried.stderr
+    assert "osmosis-run: 6 rollouts, 1 already done -> new" in stderr_lines(retried)
+    assert {i: line.status for i, line in by_id(source.parent / "new").items()} == {
+        "a.s0": "success",
+        "b.s0": "success",
+        "c.s0": "success",
+        "d.s0": "failure",
+        "e.s0": "ungraded",
+        "row@5.s0": "invalid",
+    }
+
+
+@pytest.mark.usefixtures("no_workflow")
 def test_jsonl_streams_the_new_results(cli: Cli, source: Path) -> None:
     result = cli("grade", "src", "-g", "grade_flows:Lenient", "--out", "new", "--jsonl",
                  "--max-error-rate", "2")  # fmt: skip

@@ -88,7 +88,9 @@ def test_report_of_a_real_finished_run(cli: Cli, tmp_path: Path) -> None:
     ]
     slowest = after(lines, "slowest rollouts")
     assert len(slowest[: slowest.index("")]) == 2 + 6
-    assert [squash(text) for text in after(lines, "lowest rewards (below the pass threshold 1)")] == [
+    assert [
+        squash(text) for text in after(lines, "lowest rewards (below the pass threshold 1)")
+    ] == [
         "lowest rewards (below the pass threshold 1)",
         "rollout reward label answer",
         "q1.s0 0.000 x p1",
@@ -456,3 +458,29 @@ def test_build_report_of_a_loaded_run(tmp_path: Path) -> None:
     assert [s.rollout_id for s in document.slowest] == ["e.s0"]
     assert [c.category for c in document.failures] == ["agent_error", "timeout"]
     assert data["summary"]["groups"]["mul"]["errors"] == 2
+
+
+def test_lowest_rewards_are_the_graded_rollouts_below_the_threshold(
+    cli: Cli, tmp_path: Path
+) -> None:
+    lines = [
+        line("a.s0", reward=0.9, label="A", messages=[{"role": "assistant", "content": "a"}]),
+        line("b.s0", reward=0.2, label="B"),
+        line("c.s0", reward=0.5),
+        line("d.s0", status="failure"),  # listed with the failures, not here
+        line("e.s0", reward=0.2),
+    ]
+    write_run(tmp_path / "run", lines, summary=finished(5))
+
+    judged = cli("report", "run", "--json", "--lowest", "2", "--pass-threshold", "0.6")
+    every = cli("report", "run", "--json")
+    hidden = cli("report", "run", "--lowest", "0")
+
+    assert [low["rollout_id"] for low in json.loads(judged.stdout)["lowest"]] == ["b.s0", "e.s0"]
+    assert [(low["rollout_id"], low["answer"]) for low in json.loads(every.stdout)["lowest"]] == [
+        ("b.s0", None),
+        ("e.s0", None),
+        ("c.s0", None),
+        ("a.s0", "a"),
+    ]
+    assert not any(text.startswith("lowest rewards") for text in stderr_lines(hidden))

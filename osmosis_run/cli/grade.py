@@ -44,6 +44,13 @@ def grade_command(
     grader_timeout: options.GraderTimeout = None,
     concurrency: options.Concurrency = None,
     fresh: options.Fresh = None,
+    retry_failed: Annotated[
+        bool | None,
+        options.opt(
+            "--retry-failed",
+            help="Grade failed and timed-out rollouts again (workflow failures stay as they were).",
+        ),
+    ] = None,
     jsonl: options.Jsonl = None,
     group_by: Annotated[str | None, options.group_by("default: the run's own")] = None,
     pass_threshold: Annotated[

@@ -328,7 +328,7 @@ def _check_source(source: Path) -> None:
         raise RunDirError(f"{source} does not exist; give the directory `osmosis-run eval` printed")
     if not source.is_dir():
         raise RunDirError(f"{source} is a file, not a run directory")
-    if not (source / RESULTS).is_file() or not (source / FINGERPRINT).is_file():
+    if not (source / RESULTS).is_file():
         raise RunDirError(
             f"{source} is not an osmosis-run run directory (no {RESULTS}); "
             "give the directory `osmosis-run eval` printed"
@@ -349,8 +349,8 @@ def _fingerprint(source: Path, settings: EvalSettings, grader: type) -> dict[str
     s = settings.run
     try:
         source_fingerprint = json.loads((source / FINGERPRINT).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"cannot read {source / FINGERPRINT}: {exc}") from None
+    except (OSError, ValueError):  # a run directory made by hand, or by an older osmosis-run
+        source_fingerprint = None
     return {
         "graded_from": str(source.resolve()),
         "source_fingerprint": source_fingerprint,
