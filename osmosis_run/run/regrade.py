@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,10 @@ INHERITED = (
 )
 
 
+# Every rollout id osmosis-run writes (run.dataset.rollout_id) is one segment of these characters.
+_ROLLOUT_ID = re.compile(r"[A-Za-z0-9._@~-]+")
+
+
 class NoWorkflow(AgentWorkflow[AgentWorkflowConfig]):
     """Stands for the workflow in a re-grade, which never runs it (it raises if it is run)."""
 
@@ -127,9 +132,10 @@ class RecordedRun:
         self._read: dict[str, RecordedRollout] = {}
         offset = 0
         with (run_dir / RESULTS).open("rb") as f:
-            for raw in f:
+            for number, raw in enumerate(f, start=1):
                 line = _parse(raw)
                 if line is not None:
+                    _check_id(run_dir, number, line.rollout_id)
                     self._last[line.rollout_id] = offset
                 offset += len(raw)
 
@@ -201,6 +207,19 @@ class RecordedRun:
         except (OSError, ValueError):
             return None
         return doc if isinstance(doc, dict) else None
+
+
+def _check_id(run_dir: Path, number: int, rollout_id: str) -> None:
+    """A rollout id names a folder of the new run: refuse one osmosis-run never writes.
+
+    Raises:
+        RunDirError: the id is not one safe path segment.
+    """
+    if not _ROLLOUT_ID.fullmatch(rollout_id) or rollout_id in (".", ".."):
+        raise RunDirError(
+            f"{run_dir / RESULTS}:{number}: rollout id {rollout_id!r} is not one osmosis-run "
+            "writes (one safe path segment); this results.jsonl was edited by hand"
+        )
 
 
 def _parse(raw: bytes) -> ResultLine | None:
