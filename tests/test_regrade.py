@@ -13,7 +13,7 @@ from osmosis_run.errors import ConfigError, RunDirError
 from osmosis_run.run.regrade import NoWorkflow, RecordedRun, prepare_grade
 from osmosis_run.run.scheduler import Scheduler, run_to_completion
 from osmosis_run.sdk.context import AgentWorkflowContext
-from osmosis_run.sdk.types import RolloutErrorCategory, RolloutStatus
+from osmosis_run.sdk.types import AgentWorkflowConfig, RolloutErrorCategory, RolloutStatus
 from osmosis_run.store.store import read_results
 
 SAMPLE = {
@@ -100,7 +100,9 @@ def test_a_source_with_nothing_finished_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_stand_in_workflow_refuses_to_run() -> None:
-    ctx = AgentWorkflowContext(prompt=[], config=None, metadata=None, artifacts_dir=None)
+    ctx: AgentWorkflowContext[AgentWorkflowConfig] = AgentWorkflowContext(
+        prompt=[], config=None, metadata=None, artifacts_dir=None
+    )
     with pytest.raises(RuntimeError, match="never runs the workflow"):
         run_to_completion(NoWorkflow().run(ctx))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conftest import write_jsonl
 from run_dirs import finished, line, write_run
@@ -13,7 +14,7 @@ from typer.testing import Result
 from osmosis_run.reports.report import final_answer
 
 Cli = Callable[..., Result]
-TRANSCRIPT = [
+TRANSCRIPT: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "What is 6*7?"},
     {
