@@ -8,11 +8,15 @@ exactly as an eval's does. The source run is only read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
 from osmosis_run.cli import exit_codes, options
+
+if TYPE_CHECKING:
+    from osmosis_run.backends.regrade import RegradeExecutor
+    from osmosis_run.run.plan import Plan
 
 _GATES = "Gates and reports"
 
@@ -117,7 +121,7 @@ def run_grade(source: Path, values: dict[str, Any]) -> int:
     return code
 
 
-def _run(plan: Any, executor: Any, results: Any) -> int:
+def _run(plan: Plan, executor: RegradeExecutor, results: BinaryIO | None) -> int:
     """Open the run and drive it as eval does (signals, failures, gates and reports)."""
     from osmosis_run.cli import render
     from osmosis_run.cli.eval import _fewer_collections, _finish, _first, _run_with_signals
