@@ -169,7 +169,8 @@ def test_compare_on_the_pair_reports_the_grader_change(cli: Cli, source: Path) -
         "paired: 5 rollouts over 5 rows; unpaired: 0 only in A, 0 only in B; unscored: 1",
         "fail -> pass (1): b.s0",
         "note: B grades A's samples again: grader grade_flows:Strict -> grade_flows:Lenient; "
-        "every difference is the grader's (the workflow did not run again)",
+        "B's reward is higher on 2 rollouts, lower on 0, the same on 3; every difference is "
+        "the grader's (the workflow did not run again)",
     ]
 
 

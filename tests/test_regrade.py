@@ -128,3 +128,15 @@ def test_the_engine_grades_a_hand_made_source(
     }
     assert graded == {"a.s0": ("success", 1.0), "b.s0": ("failure", None)}
     assert (tmp_path / "new/rollouts/a.s0/artifacts").is_dir()
+
+
+def test_compare_notes_runs_graded_by_different_graders(tmp_path: Path) -> None:
+    from osmosis_run.results.compare import compare_runs
+    from osmosis_run.store.rundata import load_run
+
+    write_run(tmp_path / "a", [line("r.s0")], summary=finished(1), grader="m:G1")
+    write_run(tmp_path / "b", [line("r.s0")], summary=finished(1), grader="m:G2")
+
+    cmp = compare_runs(load_run(tmp_path / "a"), load_run(tmp_path / "b"))
+
+    assert cmp.notes == ["the runs use different graders (A m:G1, B m:G2)"]
