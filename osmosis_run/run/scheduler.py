@@ -901,10 +901,13 @@ class Scheduler:
         Raises:
             DatasetError: a row differs from the row an earlier invocation recorded for it.
         """
-        dataset = self.settings.run.dataset
-        assert dataset is not None
         if self.planned is not None and self._resumed >= self.planned:
             return  # all finished before: the fingerprint pins the dataset and the selection
+        if self.plan.source is not None:  # a re-grade: the rollouts another run recorded
+            yield from self.plan.source.jobs(skip=self._finished)
+            return
+        dataset = self.settings.run.dataset
+        assert dataset is not None
         source = _open_stream(dataset) if is_stream(dataset) else None
         try:
             rows = iter_rows(dataset, source=source, on_wait=on_wait)
