@@ -259,7 +259,7 @@ def test_an_unfinished_run_is_noted(tmp_path: Path) -> None:
 
     assert compare_runs(a, b).notes == [
         "run A did not finish (2 rollouts so far)",
-        "run B did not finish (1 rollouts so far)",
+        "run B did not finish (1 rollout so far)",
     ]
 
 

@@ -33,7 +33,7 @@ EXE = [sys.executable, "-c", "from osmosis_run.cli import main; main()"]
 
 
 ABANDONED = (
-    "osmosis-run: {n} rollout(s) ignored their cancellation and were abandoned (recorded as "
+    "osmosis-run: {n} rollouts ignored their cancellation and were abandoned (recorded as "
     "timeouts, or left unfinished by a stop); not waiting for them"
 )
 

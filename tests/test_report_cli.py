@@ -86,7 +86,18 @@ def test_report_of_a_real_finished_run(cli: Cli, tmp_path: Path) -> None:
         "ms",
         "reward",
     ]
-    assert len(after(lines, "slowest rollouts")) == 2 + 6
+    slowest = after(lines, "slowest rollouts")
+    assert len(slowest[: slowest.index("")]) == 2 + 6
+    assert [
+        squash(text) for text in after(lines, "lowest rewards (below the pass threshold 1)")
+    ] == [
+        "lowest rewards (below the pass threshold 1)",
+        "rollout reward label answer",
+        "q1.s0 0.000 x p1",
+        "q3.s0 0.000 x p3",
+        "q5.s0 0.000 x p5",
+        "osmosis-run: one rollout in full: osmosis-run show run q1.s0",
+    ]
 
 
 def test_report_json_of_a_real_run_is_one_document_on_stdout(cli: Cli, tmp_path: Path) -> None:
@@ -98,11 +109,15 @@ def test_report_json_of_a_real_run_is_one_document_on_stdout(cli: Cli, tmp_path:
     assert result.exit_code == 0
     assert result.stderr == ""
     document = json.loads(result.stdout)
-    assert sorted(document) == ["failures", "run_dir", "slowest", "state", "summary"]
+    assert sorted(document) == ["failures", "lowest", "run_dir", "slowest", "state", "summary"]
     assert (document["run_dir"], document["state"], document["failures"]) == ("run", "finished", [])
     summary = Summary.model_validate(document["summary"])
     assert (summary.rollouts, summary.passed, summary.pass_rate) == (6, 3, 0.5)
     assert len(document["slowest"]) == 6
+    assert document["lowest"] == [
+        {"rollout_id": f"q{i}.s0", "reward": 0.0, "label": "x", "answer": f"p{i}"}
+        for i in (1, 3, 5)
+    ]
 
 
 def test_failures_are_grouped_by_category_and_message(cli: Cli, tmp_path: Path) -> None:
@@ -129,6 +144,11 @@ def test_failures_are_grouped_by_category_and_message(cli: Cli, tmp_path: Path) 
         "b.s0     success       5.0          5.0          -   0.000",
         "c.s0     failure       1.5          1.0        0.5       -",
         "d.s0     failure       1.5          1.0        0.5       -",
+        "",
+        "lowest rewards (below the pass threshold 1)",
+        "rollout  reward  label  answer",
+        "b.s0      0.000  -      -",
+        "osmosis-run: one rollout in full: osmosis-run show run b.s0",
     ]
 
 
@@ -216,7 +236,7 @@ def test_group_by_breaks_the_summary_down(cli: Cli, tmp_path: Path) -> None:
     assert result.exit_code == 0
     groups = [squash(text) for text in stderr_lines(result) if text.startswith("metadata.")]
     assert groups == [
-        "metadata.op=(none) 1 rollouts mean 0.000 pass 0.0% errors 1",
+        "metadata.op=(none) 1 rollout mean 0.000 pass 0.0% errors 1",
         "metadata.op=add 2 rollouts mean 0.500 pass 50.0% errors 0",
         "metadata.op=mul 2 rollouts mean 0.000 pass 0.0% errors 2",
     ]
@@ -438,3 +458,29 @@ def test_build_report_of_a_loaded_run(tmp_path: Path) -> None:
     assert [s.rollout_id for s in document.slowest] == ["e.s0"]
     assert [c.category for c in document.failures] == ["agent_error", "timeout"]
     assert data["summary"]["groups"]["mul"]["errors"] == 2
+
+
+def test_lowest_rewards_are_the_graded_rollouts_below_the_threshold(
+    cli: Cli, tmp_path: Path
+) -> None:
+    lines = [
+        line("a.s0", reward=0.9, label="A", messages=[{"role": "assistant", "content": "a"}]),
+        line("b.s0", reward=0.2, label="B"),
+        line("c.s0", reward=0.5),
+        line("d.s0", status="failure"),  # listed with the failures, not here
+        line("e.s0", reward=0.2),
+    ]
+    write_run(tmp_path / "run", lines, summary=finished(5))
+
+    judged = cli("report", "run", "--json", "--lowest", "2", "--pass-threshold", "0.6")
+    every = cli("report", "run", "--json")
+    hidden = cli("report", "run", "--lowest", "0")
+
+    assert [low["rollout_id"] for low in json.loads(judged.stdout)["lowest"]] == ["b.s0", "e.s0"]
+    assert [(low["rollout_id"], low["answer"]) for low in json.loads(every.stdout)["lowest"]] == [
+        ("b.s0", None),
+        ("e.s0", None),
+        ("c.s0", None),
+        ("a.s0", "a"),
+    ]
+    assert not any(text.startswith("lowest rewards") for text in stderr_lines(hidden))

@@ -106,11 +106,13 @@ def _root(
 # Registering a command imports only its module's options, not the library behind it.
 from osmosis_run.cli import compare as _compare  # noqa: E402
 from osmosis_run.cli import eval as _eval  # noqa: E402
+from osmosis_run.cli import grade as _grade  # noqa: E402
 from osmosis_run.cli import init as _init  # noqa: E402
 from osmosis_run.cli import report as _report  # noqa: E402
+from osmosis_run.cli import show as _show  # noqa: E402
 from osmosis_run.cli import validate as _validate  # noqa: E402
 
-for _command in (_eval, _validate, _report, _compare, _init):
+for _command in (_eval, _validate, _report, _compare, _init, _grade, _show):
     _command.register(app)
 
 

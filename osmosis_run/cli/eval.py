@@ -367,8 +367,13 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
 
     render.print_summary(outcome)
     if outcome.abandoned:
+        which = (
+            "1 rollout ignored its cancellation and was"
+            if outcome.abandoned == 1
+            else f"{outcome.abandoned} rollouts ignored their cancellation and were"
+        )
         render.err.print(
-            f"osmosis-run: {outcome.abandoned} rollout(s) ignored their cancellation and were "
+            f"osmosis-run: {which} "
             "abandoned (recorded as timeouts, or left unfinished by a stop); not waiting for them",
             markup=False,
         )

@@ -117,3 +117,47 @@ def resolve(values: dict[str, Any], config: Path | None) -> EvalSettings:
     if config is not None:
         add_import_path(config.parent)
     return resolve_settings(values, config_file=config)
+
+
+# Options that `grade` shares with `eval` (same names and sentences).
+Concurrency = Annotated[
+    str | None,
+    opt(
+        "--concurrency",
+        "-c",
+        help="Rollouts in flight (default: the config's limit, else 4); "
+        "0 or unlimited for no limit.",
+    ),
+]
+GraderTimeout = Annotated[float | None, opt("--grader-timeout", help="Seconds a grader may run.")]
+Fresh = Annotated[bool | None, opt("--fresh", help="Start the run directory over.")]
+Jsonl = Annotated[
+    bool | None, opt("--jsonl", help="Stream each results line to stdout as it finishes.")
+]
+
+
+def fail_under(*, panel: str | None = None) -> Any:
+    """``--fail-under`` (repeatable gates)."""
+    return opt(
+        "--fail-under",
+        help="Exit 1 when a metric is below a value: mean=0.8, mean_graded=0.8, "
+        "pass_rate=0.9 (a bare number is mean). Repeatable.",
+        panel=panel,
+    )
+
+
+def max_error_rate(*, panel: str | None = None) -> Any:
+    """``--max-error-rate`` (the error budget)."""
+    return opt(
+        "--max-error-rate",
+        help="Error budget: a count (3), fraction (0.05) or percentage (5%) of failed, "
+        "timed-out or invalid rollouts; beyond it exit 3 (default 0).",
+        panel=panel,
+    )
+
+
+def baseline(*, panel: str | None = None) -> Any:
+    """``--baseline`` (an earlier run to compare with at the end)."""
+    return opt(
+        "--baseline", help="Compare with this earlier run directory at the end.", panel=panel
+    )

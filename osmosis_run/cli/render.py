@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from osmosis_run.results import outcome
+from osmosis_run.results.words import plural
 
 if TYPE_CHECKING:
     from osmosis_run.results.gates import Verdict
@@ -175,7 +176,7 @@ class Reporter:
                 f" ({kept_failures} of them failed and are kept as they are; "
                 "--retry-failed runs them again)"
             )
-        total = f"{planned} rollout{_s(planned)}" if planned is not None else "rollouts from stdin"
+        total = plural(planned, "rollout") if planned is not None else "rollouts from stdin"
         if not self.quiet:
             err.print(f"osmosis-run: {total}{resumed} -> {run_dir}", markup=False)
         self._start = self.clock()
@@ -243,8 +244,8 @@ class Reporter:
             text.append(f"{self.done}/{self.planned}", style="bold")
             text.append(f" rollouts{share}, ")
         else:
-            text.append(str(self.done), style="bold")
-            text.append(f" rollout{_s(self.done)}, ")
+            text.append(plural(self.done, "rollout"), style="bold")
+            text.append(", ")
         text.append(f"{_rate(rate)}, ")
         if self.planned is not None:
             left = max(self.planned - self.done, 0)
@@ -324,11 +325,6 @@ class Reporter:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-
-
-def _s(count: int | None) -> str:
-    """The plural ending for ``count`` things: "1 rollout", "2 rollouts"."""
-    return "" if count == 1 else "s"
 
 
 def _rate(per_s: float) -> str:
@@ -430,7 +426,10 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
         )
     )
     rows.append(
-        ("reward (all)", f"mean {_fmt(a.mean)}  std {_fmt(a.std)}  (n={a.count}, failures 0)")
+        (
+            "reward (all)",
+            f"mean {_fmt(a.mean)}  std {_fmt(a.std)}  (n={a.count}, failed rollouts count as 0)",
+        )
     )
     rows.append(
         (
@@ -456,7 +455,7 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
         rows.append(
             (
                 f"{s.group_by}={key}",
-                f"{group.rollouts} rollouts  mean {_fmt(group.mean_reward)}  "
+                f"{plural(group.rollouts, 'rollout')}  mean {_fmt(group.mean_reward)}  "
                 f"pass {_fmt(group.pass_rate, '.1%')}  errors {group.errors}",
             )
         )
@@ -475,6 +474,12 @@ def print_summary(outcome: RunOutcome) -> None:
         err.print(
             f"  {example.status} {example.rollout_id}: {example.error_category}: "
             f"{message[0] if message else ''}",
+            markup=False,
+        )
+    more = summary.errors - len(summary.first_errors)
+    if more > 0 and summary.first_errors:
+        err.print(
+            f"  ... and {more} more (osmosis-run report {outcome.run_dir} lists them by category)",
             markup=False,
         )
 
@@ -536,7 +541,7 @@ def print_comparison(cmp: Comparison) -> None:
     """The comparison table, pairing counts, flips, new and fixed errors, and notes (stderr)."""
     err.print(comparison_table(cmp))
     lines = [
-        f"paired: {cmp.paired} rollouts over {cmp.paired_rows} rows; unpaired: "
+        f"paired: {plural(cmp.paired, 'rollout')} over {plural(cmp.paired_rows, 'row')}; unpaired: "
         f"{cmp.only_in_a} only in A, {cmp.only_in_b} only in B; unscored: {cmp.unscored}",
     ]
     lines += _id_list("pass -> fail", cmp.pass_to_fail)

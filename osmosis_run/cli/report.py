@@ -11,7 +11,7 @@ import typer
 from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
-    from osmosis_run.reports.report import FailureCategory, RunReport, SlowRollout
+    from osmosis_run.reports.report import FailureCategory, LowReward, RunReport, SlowRollout
 
 SHOWN_IDS = 5
 MESSAGE_CHARS = 160
@@ -32,7 +32,10 @@ def report_command(
         ),
     ],
     json_output: Annotated[
-        bool, options.json_output("Print one JSON document to stdout (summary, failures, slowest).")
+        bool,
+        options.json_output(
+            "Print one JSON document to stdout (summary, failures, slowest, lowest rewards)."
+        ),
     ] = False,
     pass_threshold: Annotated[
         float | None, options.pass_threshold("default: the run's own")
@@ -42,6 +45,14 @@ def report_command(
         int,
         typer.Option("--top", min=0, help="How many of the slowest rollouts to show."),
     ] = 10,
+    lowest: Annotated[
+        int,
+        typer.Option(
+            "--lowest",
+            min=0,
+            help="How many of the lowest-reward rollouts below the pass threshold to show.",
+        ),
+    ] = 10,
     junit: Annotated[
         Path | None,
         options.junit("Also write a JUnit XML report here: one testcase per rollout."),
@@ -50,7 +61,7 @@ def report_command(
         Path | None, options.html("Also write a self-contained HTML report here.")
     ] = None,
 ) -> None:
-    """Summarise a run directory: metrics, failures by category, the slowest rollouts.
+    """Summarise a run directory: metrics, failures by category, slowest and lowest rewards.
 
     Reports go to stderr; --json prints a document to stdout instead.
     """
@@ -61,6 +72,7 @@ def report_command(
             pass_threshold=pass_threshold,
             group_by=group_by,
             top=top,
+            lowest=lowest,
             junit=junit,
             html=html,
         )
@@ -76,6 +88,7 @@ def run_report(
     top: int,
     junit: Path | None,
     html: Path | None,
+    lowest: int = 10,
 ) -> int:
     """Load, render and write the report files; return the exit code."""
     from osmosis_run.cli import render
@@ -85,7 +98,7 @@ def run_report(
 
     try:
         run = open_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
-        document = build_report(run, slowest=top)
+        document = build_report(run, slowest=top, lowest=lowest)
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
@@ -127,6 +140,9 @@ def print_report(document: RunReport) -> None:
         )
     print_failures(document.failures)
     print_slowest(document.slowest)
+    print_lowest(
+        document.lowest, run_dir=document.run_dir, threshold=document.summary.pass_threshold
+    )
 
 
 def print_failures(categories: list[FailureCategory]) -> None:
@@ -135,8 +151,10 @@ def print_failures(categories: list[FailureCategory]) -> None:
 
     if not categories:
         return
+    from osmosis_run.results.words import plural
+
     total = sum(category.count for category in categories)
-    lines = ["", f"failures: {total} rollouts"]
+    lines = ["", f"failures: {plural(total, 'rollout')}"]
     for category in categories:
         lines.append(f"  {category.category}: {category.count}")
         for group in category.groups:
@@ -173,6 +191,34 @@ def print_slowest(slowest: list[SlowRollout]) -> None:
             _num(slow.reward, ".3f"),
         )
     err.print(table)
+
+
+def print_lowest(lowest: list[LowReward], *, run_dir: Path, threshold: float) -> None:
+    """The graded rollouts below the threshold, lowest first, and how to look at one."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from osmosis_run.cli.render import err
+
+    if not lowest:
+        return
+    err.print()
+    title = f"lowest rewards (below the pass threshold {threshold:g})"
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    for name in ("rollout", "reward", "label", "answer"):
+        table.add_column(name, justify="right" if name == "reward" else "left")
+    for low in lowest:
+        table.add_row(
+            Text(low.rollout_id),
+            f"{low.reward:.3f}",
+            Text(_one_line(low.label) if low.label is not None else "-"),
+            Text(low.answer if low.answer is not None else "-"),
+        )
+    err.print(table)
+    err.print(
+        f"osmosis-run: one rollout in full: osmosis-run show {run_dir} {lowest[0].rollout_id}",
+        markup=False,
+    )
 
 
 def _num(value: float | None, spec: str) -> str:

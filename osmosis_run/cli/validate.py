@@ -104,4 +104,6 @@ def report_lines(report: ValidationReport, *, shown: int = SHOWN_PROBLEMS) -> li
 
 
 def _plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    from osmosis_run.results.words import plural
+
+    return plural(n, noun)

@@ -11,7 +11,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,12 +24,15 @@ from osmosis_run.store.rundata import load_run
 __all__ = [
     "FailureCategory",
     "FailureGroup",
+    "LowReward",
     "RunReport",
     "RunState",
     "SlowRollout",
     "build_report",
     "check_group_by",
     "failure_categories",
+    "final_answer",
+    "lowest_rewards",
     "open_run",
     "run_state",
     "slowest_rollouts",
@@ -38,6 +41,8 @@ __all__ = [
 RunState = Literal["finished", "interrupted", "incomplete"]
 
 SLOWEST = 10
+LOWEST = 10
+ANSWER_CHARS = 80
 MAX_GROUPS = 10
 MAX_IDS = 10
 
@@ -73,14 +78,26 @@ class SlowRollout(BaseModel):
     reward: float | None
 
 
+class LowReward(BaseModel):
+    """One graded rollout among the lowest rewards, with what it answered."""
+
+    rollout_id: str
+    reward: float
+    label: str | None
+    answer: str | None
+    """The start of its last assistant message (None without a transcript)."""
+
+
 class RunReport(BaseModel):
-    """What ``osmosis-run report --json`` prints: the summary, failures and slowest rollouts."""
+    """What ``osmosis-run report --json`` prints: the summary, failures, slowest, lowest rewards."""
 
     run_dir: Path
     state: RunState
     summary: Summary
     failures: list[FailureCategory]
     slowest: list[SlowRollout]
+    lowest: list[LowReward] = []
+    """Graded rollouts below the pass threshold, lowest reward first (failures: ``failures``)."""
 
 
 def check_group_by(group_by: str | None) -> None:
@@ -135,6 +152,7 @@ def build_report(
     run: RunData,
     *,
     slowest: int = SLOWEST,
+    lowest: int = LOWEST,
     max_groups: int = MAX_GROUPS,
     max_ids: int = MAX_IDS,
 ) -> RunReport:
@@ -145,6 +163,7 @@ def build_report(
         summary=run.summary,
         failures=failure_categories(run.lines, max_groups=max_groups, max_ids=max_ids),
         slowest=slowest_rollouts(run.lines, top=slowest),
+        lowest=lowest_rewards(run.lines, top=lowest, threshold=run.summary.pass_threshold),
     )
 
 
@@ -211,3 +230,44 @@ def slowest_rollouts(lines: Iterable[ResultLine], *, top: int = SLOWEST) -> list
         if line.workflow_ms is not None or line.grader_ms is not None
     )
     return heapq.nlargest(top, timed, key=lambda slow: slow.total_ms)
+
+
+def lowest_rewards(
+    lines: Iterable[ResultLine], *, top: int = LOWEST, threshold: float = 1.0
+) -> list[LowReward]:
+    """The ``top`` graded rollouts below ``threshold``, lowest reward first, ties in results order.
+
+    Only successes with a reward that did not pass: failed rollouts (which score 0) are listed
+    by ``failure_categories``, and ungraded or removed ones have no reward.
+    """
+    graded = (
+        (line.reward, index, line)
+        for index, line in enumerate(lines)
+        if line.reward is not None and outcome.passed(line.status, line.reward, threshold) is False
+    )
+    return [
+        LowReward(
+            rollout_id=line.rollout_id,
+            reward=reward,
+            label=line.label,
+            answer=final_answer(line.messages),
+        )
+        for reward, _, line in heapq.nsmallest(top, graded, key=lambda item: item[:2])
+    ]
+
+
+def final_answer(messages: list[dict[str, Any]] | None, *, chars: int = ANSWER_CHARS) -> str | None:
+    """The first ``chars`` characters of the last assistant message's text, on one line."""
+    for message in reversed(messages or []):
+        if message.get("role") != "assistant":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                str(part.get("text", "")) for part in content if isinstance(part, dict)
+            )
+        if not content:
+            continue
+        text = " ".join(str(content).split())
+        return text if len(text) <= chars else text[: chars - 3] + "..."
+    return None

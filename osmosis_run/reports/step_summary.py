@@ -11,6 +11,7 @@ from osmosis_run.errors import ConfigError
 from osmosis_run.results import outcome
 from osmosis_run.results.gates import Verdict
 from osmosis_run.results.records import Distribution, Summary, count_rows
+from osmosis_run.results.words import plural
 
 __all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "markdown_summary"]
 
@@ -88,7 +89,12 @@ def _verdict_line(verdict: Verdict) -> str:
 
 def _rows(s: Summary) -> list[tuple[str, str]]:
     rows = count_rows(s)
-    rows.append(("mean reward (failures 0)", f"{_num(s.reward_all.mean)} (n={s.reward_all.count})"))
+    rows.append(
+        (
+            "mean reward (failed rollouts count as 0)",
+            f"{_num(s.reward_all.mean)} (n={s.reward_all.count})",
+        )
+    )
     rows.append(
         ("mean reward (graded)", f"{_num(s.reward_graded.mean)} (n={s.reward_graded.count})")
     )
@@ -108,7 +114,7 @@ def _rows(s: Summary) -> list[tuple[str, str]]:
         rows.append(
             (
                 f"{s.group_by}={key}",
-                f"{group.rollouts} rollouts, mean {_num(group.mean_reward)}, "
+                f"{plural(group.rollouts, 'rollout')}, mean {_num(group.mean_reward)}, "
                 f"pass {'-' if group.pass_rate is None else f'{group.pass_rate:.1%}'}, "
                 f"errors {group.errors}",
             )

@@ -33,6 +33,7 @@ from osmosis_run.results import outcome
 from osmosis_run.results.gates import Verdict
 from osmosis_run.results.records import ResultLine
 from osmosis_run.results.rundata import RunData
+from osmosis_run.results.words import plural
 
 __all__ = [
     "CompareMetric",
@@ -180,7 +181,7 @@ def compare_runs(
         fail_to_pass=[i for i, sa, sb in pairs if sb.passed and not sa.passed],
         new_errors=_error_changes(common, b_by_id, a_by_id),
         fixed_errors=_error_changes(common, a_by_id, b_by_id),
-        notes=_notes(a, b, pass_threshold),
+        notes=_notes(a, b, pass_threshold, pairs),
     )
 
 
@@ -202,7 +203,7 @@ def regression_verdict(cmp: Comparison, delta: float) -> Verdict:
     message = (
         f"{name}: {detail} (B - A = {primary.delta:+.4f}, "
         f"{cmp.confidence:.0%} CI [{primary.ci.low:+.4f}, {primary.ci.high:+.4f}], "
-        f"{cmp.paired} paired rollouts over {cmp.paired_rows} rows)"
+        f"{plural(cmp.paired, 'paired rollout')} over {plural(cmp.paired_rows, 'row')})"
     )
     return Verdict(name=name, held=not regressed, message=message)
 
@@ -241,17 +242,52 @@ def _error_changes(
     return changes
 
 
-def _notes(a: RunData, b: RunData, pass_threshold: float | None) -> list[str]:
+def _notes(
+    a: RunData,
+    b: RunData,
+    pass_threshold: float | None,
+    pairs: Sequence[tuple[str, _Score, _Score]],
+) -> list[str]:
     notes = []
     if pass_threshold is None and a.summary.pass_threshold != b.summary.pass_threshold:
         notes.append(
             f"the runs use different pass thresholds (A {a.summary.pass_threshold:g}, "
             f"B {b.summary.pass_threshold:g}); both are judged at A's"
         )
+    grader = _grader_note(a, b, pairs)
+    if grader is not None:
+        notes.append(grader)
     for name, run in (("A", a), ("B", b)):
         if run.stored_summary is None or run.stored_summary.interrupted:
-            notes.append(f"run {name} did not finish ({run.summary.rollouts} rollouts so far)")
+            notes.append(
+                f"run {name} did not finish ({plural(run.summary.rollouts, 'rollout')} so far)"
+            )
     return notes
+
+
+def _grader_note(a: RunData, b: RunData, pairs: Sequence[tuple[str, _Score, _Score]]) -> str | None:
+    """Say when B re-grades A's samples (or A B's), or when the runs use different graders."""
+    for name, run, other in (("B", b, a), ("A", a, b)):
+        source = run.graded_from
+        if source is not None and _same_dir(source, other.run_dir):
+            up = sum(1 for _, sa, sb in pairs if sb.reward > sa.reward + _EPSILON)
+            down = sum(1 for _, sa, sb in pairs if sb.reward < sa.reward - _EPSILON)
+            return (
+                f"{name} grades {'A' if name == 'B' else 'B'}'s samples again: grader "
+                f"{other.grader or 'none'} -> {run.grader or 'none'}; B's reward is higher on "
+                f"{plural(up, 'rollout')}, lower on {down}, the same on {len(pairs) - up - down}; "
+                "every difference is the grader's (the workflow did not run again)"
+            )
+    if a.grader != b.grader:
+        return f"the runs use different graders (A {a.grader or 'none'}, B {b.grader or 'none'})"
+    return None
+
+
+def _same_dir(one: Path, other: Path) -> bool:
+    try:
+        return one.resolve() == other.resolve()
+    except OSError:
+        return False
 
 
 def _deltas(

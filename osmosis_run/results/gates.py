@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from osmosis_run.results.records import Summary
+from osmosis_run.results.words import plural
 
 __all__ = ["Gate", "GateMetric", "Verdict", "check_error_budget", "check_gates", "gate_value"]
 
@@ -69,5 +70,7 @@ def check_error_budget(summary: Summary, budget: float | int) -> Verdict:
         allowed = f"{budget} allowed"
     rate = f"{errors / total:.2%}" if total else "0%"
     detail = "held" if held else "exceeded"
-    message = f"error budget: {detail} ({errors} of {total} rollouts failed, {rate}; {allowed})"
+    message = (
+        f"error budget: {detail} ({errors} of {plural(total, 'rollout')} failed, {rate}; {allowed})"
+    )
     return Verdict(name="max_error_rate", held=held, message=message)

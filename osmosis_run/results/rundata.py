@@ -22,3 +22,18 @@ class RunData(BaseModel):
     lines: list[ResultLine]
     summary: Summary
     stored_summary: Summary | None
+    fingerprint: dict[str, Any] | None = None
+    """What the run was made from (fingerprint.json); a re-grade's holds its provenance:
+    ``graded_from``, ``source_fingerprint``, ``grader``."""
+
+    @property
+    def grader(self) -> str | None:
+        """The grader's ``module:attr`` path, as the run recorded it."""
+        value = (self.fingerprint or {}).get("grader", self.config.get("grader"))
+        return value if isinstance(value, str) else None
+
+    @property
+    def graded_from(self) -> Path | None:
+        """The run whose samples this run graded again (``osmosis-run grade``), if any."""
+        value = (self.fingerprint or {}).get("graded_from")
+        return Path(value) if isinstance(value, str) else None

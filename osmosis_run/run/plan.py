@@ -8,18 +8,27 @@ executes it. Whatever can stop a run before it starts is raised here (exit code 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from osmosis_run.run.components import Components, check_inputs, load_components, selection_of
 from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
+from osmosis_run.run.rollouts import Job
 from osmosis_run.run.selection import Selection, count_planned
 from osmosis_run.run.settings import UNLIMITED, EvalSettings
 from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
 
-__all__ = ["Plan", "prepare"]
+__all__ = ["JobSource", "Plan", "prepare"]
+
+
+class JobSource(Protocol):
+    """Where a run's rollouts come from when they are not the dataset's rows (a re-grade)."""
+
+    def jobs(self, *, skip: Container[str]) -> Iterator[Job]:
+        """The run's rollouts in order, except those whose ids are in ``skip`` (finished)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,8 @@ class Plan:
         run_dir: the run directory.
         planned: rollouts the run holds (None for a stream, whose rows are not counted ahead).
         concurrency: rollouts in flight at most (None: no limit).
+        source: the rollouts, when they are not made from the dataset's rows: a re-grade
+            (``osmosis_run.run.regrade``) replays the rollouts another run recorded.
     """
 
     settings: EvalSettings
@@ -45,6 +56,7 @@ class Plan:
     run_dir: Path
     planned: int | None
     concurrency: int | None
+    source: JobSource | None = None
 
 
 def prepare(settings: EvalSettings) -> Plan:

@@ -117,6 +117,10 @@ WATCH_EVERY_S = 0.5
 # Rows are read by a thread and handed to the event loop in batches of at most FEED_BATCH
 # jobs, FEED_AHEAD batches at most waiting: memory stays O(concurrency + look-ahead).
 FEED_BATCH = 64
+# A finished rollout is recorded this many turns of the event loop later, with the others that
+# finished meanwhile: the rollouts its slot lets start begin first (a burst of rollouts finishing
+# together must not delay the next ones by its bookkeeping), and one callback records a burst.
+RECORD_AFTER_TURNS = 2
 FEED_AHEAD = 4
 _UNRECORDED = object()
 # At the end of a run, what is still running gets this long to end after its cancellation.
@@ -244,6 +248,7 @@ class _DirBatch:
 
     future: Future[list[str]]
     waiter: asyncio.Future[list[str]] | None = None
+    ready: bool = False
 
     async def wait(self) -> None:
         """Wait until the batch is made; one event-loop wake-up serves the whole batch.
@@ -251,8 +256,11 @@ class _DirBatch:
         Raises:
             OSError: the writer process failed.
         """
+        if self.ready:
+            return
         if self.future.done():
             self.future.result()
+            self.ready = True  # the batch's other rollouts need not ask the future again
             return
         if self.waiter is None:
             self.waiter = asyncio.wrap_future(self.future)
@@ -517,9 +525,13 @@ class Scheduler:
             samples=self.settings.run.samples,
             group_by=self.settings.after.group_by,
         )
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # rollout id -> its task, while it runs
         self._orphans: set[asyncio.Future[Any]] = set()  # abandoned user code, maybe running
         self._unreported: list[tuple[ResultLine, bytes]] = []
+        # Rollouts finished and not recorded yet (recorded a few loop turns later, together).
+        self._finished_jobs: list[
+            tuple[Job, ExecutionRequest, ExecutionOutcome, dict[str, float | None], int]
+        ] = []
         self._halting = False
         self._failure: OsmosisRunError | None = None
         self._bug: BaseException | None = None
@@ -751,7 +763,9 @@ class Scheduler:
         try:
             await self._schedule(feed, window)
             while self._tasks and not self._halting:
-                await asyncio.wait(set(self._tasks))
+                done, _ = await asyncio.wait(set(self._tasks.values()))
+                for task in done:  # a task cancelled before it ran could not remove itself
+                    self._tasks.pop(task.get_name(), None)
             if self._halting:
                 await self._cancel_in_flight()
         except asyncio.CancelledError:
@@ -760,6 +774,7 @@ class Scheduler:
             self._main.uncancel()
             await self._cancel_in_flight()
         finally:
+            self._record_finished()  # what finished is recorded, even when the run is stopped
             feed.close()
             if self._watchdog is not None:
                 self._watchdog.stop()
@@ -800,22 +815,17 @@ class Scheduler:
     async def _start(self, job: Job, window: asyncio.Semaphore | None) -> None:
         if job.row.error is not None:
             self._record(job, invalid_line(job), result=None, request=None)
+            self._report_handed()
             return
         if window is not None:
             await window.acquire()
         task = asyncio.get_running_loop().create_task(
             self._run_job(job, window), name=job.rollout_id
         )
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
+        self._tasks[job.rollout_id] = task
 
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is None:
-            return
+    def _job_failed(self, exc: Exception) -> None:
+        """A rollout's task raised: the machine failed, or osmosis-run has a bug."""
         if isinstance(exc, OSError):  # a directory batch of the writer process failed
             exc = infrastructure_error(exc, doing="making rollout directories in")
         if isinstance(exc, InfrastructureError):
@@ -827,10 +837,10 @@ class Scheduler:
 
     async def _cancel_in_flight(self) -> None:
         """Cancel the rollouts in flight; abandon those still running after ``STOP_GRACE_S``."""
-        for task in self._tasks:
+        for task in self._tasks.values():
             task.cancel()
         if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=self.stop_grace_s)
+            _, pending = await asyncio.wait(set(self._tasks.values()), timeout=self.stop_grace_s)
             self._orphans.update(pending)
 
     def _make_dirs(self, batch: list[Job]) -> None:
@@ -891,10 +901,13 @@ class Scheduler:
         Raises:
             DatasetError: a row differs from the row an earlier invocation recorded for it.
         """
-        dataset = self.settings.run.dataset
-        assert dataset is not None
         if self.planned is not None and self._resumed >= self.planned:
             return  # all finished before: the fingerprint pins the dataset and the selection
+        if self.plan.source is not None:  # a re-grade: the rollouts another run recorded
+            yield from self.plan.source.jobs(skip=self._finished)
+            return
+        dataset = self.settings.run.dataset
+        assert dataset is not None
         source = _open_stream(dataset) if is_stream(dataset) else None
         try:
             rows = iter_rows(dataset, source=source, on_wait=on_wait)
@@ -911,27 +924,45 @@ class Scheduler:
                 source.close()
 
     async def _run_job(self, job: Job, window: asyncio.Semaphore | None) -> None:
+        """Run one rollout in its task (no done callback: the task ends its own bookkeeping)."""
         try:
             request, outcome, timings, attempts = await self._execute_job(job)
+        except Exception as exc:
+            self._job_failed(exc)
+            return
         finally:
+            self._tasks.pop(job.rollout_id, None)
             self._running.pop(job.rollout_id, None)
             if window is not None:
                 window.release()
+        # The slot is free. The bookkeeping waits for the next rollouts to start (two turns of
+        # the event loop), and a burst of rollouts finishing together is recorded in one go.
+        self._finished_jobs.append((job, request, outcome, timings, attempts))
+        if len(self._finished_jobs) == 1:
+            asyncio.get_running_loop().call_soon(self._record_finished, RECORD_AFTER_TURNS)
+
+    def _record_finished(self, turns: int = 0) -> None:
+        """Record the rollouts that finished since the last call, after ``turns`` loop turns.
+
+        Also called directly when the run ends, so that nothing finished is left unrecorded.
+        """
+        if turns > 0:
+            asyncio.get_running_loop().call_soon(self._record_finished, turns - 1)
+            return
+        finished, self._finished_jobs = self._finished_jobs, []
+        threshold = self.settings.after.pass_threshold
+        messages = not self.settings.output.no_messages
         try:
-            # The slot is free: let the next rollouts start before this one's bookkeeping, so
-            # that recording a burst of rollouts finishing together does not delay them.
-            await asyncio.sleep(0)
-            await asyncio.sleep(0)
-        finally:  # what finished is recorded, even when the run is being stopped
-            line = result_line(
-                job,
-                outcome,
-                timings,
-                attempts,
-                pass_threshold=self.settings.after.pass_threshold,
-                messages=not self.settings.output.no_messages,
-            )
-            self._record(job, line, result=outcome, request=request, timings=timings)
+            for job, request, outcome, timings, attempts in finished:
+                line = result_line(
+                    job, outcome, timings, attempts, pass_threshold=threshold, messages=messages
+                )
+                self._record(job, line, result=outcome, request=request, timings=timings)
+            self._report_handed()
+        except Exception as exc:  # a bug: stop, and raise it from run() with its traceback
+            if self._bug is None:
+                self._bug = exc
+            self._halt()
 
     async def _execute_job(
         self, job: Job
@@ -1064,7 +1095,6 @@ class Scheduler:
         self._metrics.add(line)
         if self.reporter is not None:
             self._unreported.append((line, raw))
-            self._report_handed()
 
     def _documents(
         self,

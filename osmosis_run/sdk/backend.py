@@ -202,13 +202,13 @@ class LocalBackend(ExecutionBackend):
 
     async def run_workflow(self, request: ExecutionRequest) -> ExecutionResult:
         """Run the workflow of one rollout; an exception it raises becomes a failed result."""
-        config = copy.deepcopy(self.workflow_config)
+        config = copy.deepcopy(self.workflow_config) if self.workflow_config is not None else None
         # Own copies: a workflow that edits its prompt in place must not change the request,
         # which a harness may retry or share between the samples of one row.
         ctx = AgentWorkflowContext(
             prompt=json_copy(request.prompt),
             config=config,
-            metadata=json_copy(request.metadata),
+            metadata=json_copy(request.metadata) if request.metadata is not None else None,
             artifacts_dir=self._workflow_artifacts_dir(request.id),
         )
         rollout_ctx = _rollout_context(request.id)
@@ -230,7 +230,7 @@ class LocalBackend(ExecutionBackend):
         ctx = GraderContext(
             label=request.label,
             sample=workflow.sample,
-            metadata=json_copy(request.metadata),
+            metadata=json_copy(request.metadata) if request.metadata is not None else None,
             artifacts_dir=self._grader_artifacts_dir(request.id),
         )
         try:
@@ -249,8 +249,8 @@ class LocalBackend(ExecutionBackend):
         process makes them in batches); the rollouts then start without a system call.
         """
         root = self.artifact_root
-        for rollout_id in rollout_ids:
-            self._ready[rollout_id] = root / rollout_id / ARTIFACTS
+        for rollout_id in rollout_ids:  # one join: an id is a single path segment
+            self._ready[rollout_id] = root / f"{rollout_id}/{ARTIFACTS}"
 
     def _workflow_artifacts_dir(self, rollout_id: str) -> Path | None:
         if rollout_id in self._ready:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from abc import ABC, abstractmethod
 from contextvars import ContextVar, Token
@@ -59,6 +60,10 @@ class GraderContext:
             raise ValidationError.from_exception_data(
                 "RolloutSample", [{"type": "float_type", "loc": ("reward",), "input": reward}]
             )
+        if type(reward) is float and math.isfinite(reward):  # the usual reward: valid as it is
+            self.sample.__dict__["reward"] = reward
+            self.sample.__pydantic_fields_set__.add("reward")
+            return
         self.sample.reward = reward
 
 

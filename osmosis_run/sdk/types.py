@@ -120,10 +120,16 @@ Reward = Annotated[float | None, BeforeValidator(_reward)]
 def json_copy(value: Any) -> Any:
     """Copy nested dicts and lists (the shape of chat messages); share everything else."""
     if isinstance(value, dict):
-        return {key: json_copy(item) for key, item in value.items()}
+        return {
+            key: json_copy(item) if isinstance(item, _CONTAINERS) else item
+            for key, item in value.items()
+        }
     if isinstance(value, list):
-        return [json_copy(item) for item in value]
+        return [json_copy(item) if isinstance(item, _CONTAINERS) else item for item in value]
     return value
+
+
+_CONTAINERS = (dict, list)  # what json_copy copies (tested inline: a call per leaf costs)
 
 
 class RolloutSample(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from osmosis_run.results import outcome
 from osmosis_run.results.metrics import summarize
 from osmosis_run.results.records import ResultLine
 from osmosis_run.results.rundata import RunData
-from osmosis_run.store.layout import RESULTS, RUN_CONFIG
+from osmosis_run.store.layout import FINGERPRINT, RESULTS, RUN_CONFIG
 from osmosis_run.store.store import read_results, read_summary
 
 __all__ = ["load_run"]
@@ -52,8 +53,22 @@ def load_run(
     stopped = stored is None or stored.interrupted
     summary.complete = outcome.is_complete(summary.rollouts, summary.planned, stopped)
     return RunData(
-        run_dir=run_dir, config=config, lines=lines, summary=summary, stored_summary=stored
+        run_dir=run_dir,
+        config=config,
+        lines=lines,
+        summary=summary,
+        stored_summary=stored,
+        fingerprint=_read_fingerprint(run_dir),
     )
+
+
+def _read_fingerprint(run_dir: Path) -> dict[str, Any] | None:
+    """fingerprint.json, or None when it is missing or unreadable (it only informs reports)."""
+    try:
+        data = json.loads((run_dir / FINGERPRINT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _read_config(run_dir: Path) -> dict[str, Any]:

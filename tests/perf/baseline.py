@@ -1,4 +1,4 @@
-"""Another build of osmosis-run, installed side by side in its own venv: the W1-ram baseline.
+"""Builds of osmosis-run installed side by side, each in its own venv: W1-ram's two programs.
 
 ``Baseline(revision).command()`` returns that build's ``osmosis-run`` console script, building it
 once per machine: the revision's tree (``git archive``) is installed into a fresh venv under
@@ -7,11 +7,17 @@ to the version this interpreter has, so that only osmosis-run's own code differs
 two programs. The venv is kept, keyed by revision and interpreter, and used again as long as its
 dependencies still match this environment's; it is rebuilt when they do not. Building needs pip
 to reach an index (or its cache); using a built venv needs nothing.
+
+``Baseline(None)`` is the working tree (its files as git sees them, committed or not), installed
+the same way, so that both programs of W1-ram start alike: a regular install in a venv of its
+own, not this environment's editable install and whatever its ``site`` loads. Its venv is
+rebuilt whenever the tree's files change.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.metadata as metadata
 import io
 import json
@@ -38,11 +44,15 @@ _TOOLS = frozenset({"pip", "setuptools", "wheel"})  # the venv's own, not the pr
 class Baseline:
     """One revision of osmosis-run in a cached venv of its own."""
 
-    def __init__(self, revision: str = DEFAULT_REVISION) -> None:
-        self.revision = revision
-        self.commit = _resolve(revision)
+    def __init__(self, revision: str | None = DEFAULT_REVISION) -> None:
+        self.revision = revision or "working tree"
+        self.commit = _resolve(revision) if revision else _tree_digest()
         cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "osmosis-run-perf")
-        self.venv = cache / f"baseline-{self.commit[:12]}-{sys.implementation.cache_tag}"
+        kind = "baseline" if revision else "current"
+        self.venv = cache / f"{kind}-{self.commit[:12]}-{sys.implementation.cache_tag}"
+        if not revision:  # one venv for the working tree, whatever its state
+            self.venv = cache / f"{kind}-{sys.implementation.cache_tag}"
+        self._from_tree = not revision
 
     @property
     def script(self) -> Path:
@@ -98,7 +108,10 @@ class Baseline:
         shutil.rmtree(self.venv, ignore_errors=True)
         with tempfile.TemporaryDirectory(prefix="osmosis-perf-baseline-") as scratch:
             tree, pins = Path(scratch) / "tree", Path(scratch) / "pins.txt"
-            _archive(self.commit, tree)
+            if self._from_tree:
+                _copy_tree(tree)
+            else:
+                _archive(self.commit, tree)
             pins.write_text(_pins(), encoding="utf-8")
             _call([sys.executable, "-m", "venv", str(self.venv)], "python -m venv")
             install = [
@@ -127,6 +140,35 @@ def _resolve(revision: str) -> str:
     if found.returncode != 0:
         raise HarnessError(f"{revision!r} is not a commit of {REPO}: pass --baseline REVISION")
     return found.stdout.strip()
+
+
+def _tree_files() -> list[str]:
+    """The working tree's files as git sees them: tracked or new, not ignored, still there."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
+    if listed.returncode != 0:
+        raise HarnessError(f"git ls-files failed: {listed.stderr.decode(errors='replace')}")
+    names = sorted(set(listed.stdout.decode().split("\0")) - {""})
+    return [name for name in names if (REPO / name).is_file()]
+
+
+def _tree_digest() -> str:
+    """A digest of the working tree's files (names and contents)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in _tree_files():
+        digest.update(name.encode() + b"\0" + (REPO / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _copy_tree(into: Path) -> None:
+    """Copy the working tree's files into ``into``."""
+    for name in _tree_files():
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, target)
 
 
 def _archive(commit: str, into: Path) -> None:

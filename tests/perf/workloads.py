@@ -14,6 +14,8 @@ How the README's words are read:
 - W1-ram's "wall of the wave-1 build side by side" is that build's whole-process wall on the
   same rows, installed in a venv of its own with this environment's dependency versions
   (baseline.py), the two programs alternating run by run in RAM; the ratio is of the medians.
+  "This build" is the working tree installed the same way (a regular install in a venv of its
+  own), so that neither program pays for the other's kind of install or environment at start.
 """
 
 from __future__ import annotations
@@ -165,6 +167,9 @@ class Bench:
         self.baseline = baseline
         self.baseline_cli: list[str] | None = None
         self.baseline_error: HarnessError | None = None
+        # W1-ram's "this build": the working tree installed like the baseline, in its own venv.
+        self.current = Baseline(None) if baseline is not None else None
+        self.current_cli: list[str] | None = None
         self.w1: EvalRun | None = None
 
     def rows(self, count: int) -> int:
@@ -281,6 +286,8 @@ class Bench:
         self.trivial_eval(1, "warm-up")
         if self.baseline_cli is not None:
             self.trivial_eval(1, "warm-up-baseline", cli=self.baseline_cli)
+        if self.current_cli is not None:
+            self.trivial_eval(1, "warm-up-current", cli=self.current_cli)
 
     def prepare_baseline(self) -> None:
         """Build (or find cached) the W1-ram baseline's venv; W1-ram reports a failure."""
@@ -288,6 +295,8 @@ class Bench:
             return
         try:
             self.baseline_cli = self.baseline.command(log)
+            if self.current is not None:
+                self.current_cli = self.current.command(log)
         except HarnessError as exc:
             log(f"W1-ram: the baseline cannot be built: {exc}")
             self.baseline_error = exc
@@ -354,9 +363,9 @@ class Bench:
         if self.ws.memory_root is None:
             raise HarnessError(f"W1-ram writes to RAM, and {MEMORY_DIR} is missing or full")
         self.prepare_baseline()
-        if self.baseline is None or self.baseline_cli is None:
+        if self.baseline is None or self.baseline_cli is None or self.current is None:
             raise self.baseline_error or HarnessError("W1-ram needs a baseline revision")
-        builds = {"current": self.cli, "baseline": self.baseline_cli}
+        builds = {"current": self.current_cli or self.cli, "baseline": self.baseline_cli}
         rows = self.rows(W1_ROWS)
         runs: dict[str, list[EvalRun]] = {build: [] for build in builds}
 
@@ -375,7 +384,10 @@ class Bench:
         # Not osmosis-run's code, and in the walls: what each environment's site costs at start.
         startup = {
             build: self._startup_ms(python)
-            for build, python in (("current", sys.executable), ("baseline", self.baseline.python))
+            for build, python in (
+                ("current", self.current.python),
+                ("baseline", self.baseline.python),
+            )
         }
         walls = {build: [run.process.wall_s for run in done] for build, done in runs.items()}
         medians = {build: statistics.median(w) for build, w in walls.items()}
@@ -393,8 +405,9 @@ class Bench:
                 )
             ],
             f"median whole-process wall of {W1_RAM_PAIRS} runs of this build / median of "
-            f"{W1_RAM_PAIRS} runs of {self.baseline_name} ({self.baseline.commit[:12]}, its own "
-            "venv, this environment's dependency versions), alternating, both writing to RAM; "
+            f"{W1_RAM_PAIRS} runs of {self.baseline_name} ({self.baseline.commit[:12]}), each "
+            "installed from its tree into a venv of its own with this environment's dependency "
+            "versions, alternating, both writing to RAM; "
             f"floor_figure: this build's median / {FLOOR_BASIS}",
             rows=rows,
             concurrency=TRIVIAL_CONCURRENCY,

@@ -1,0 +1,149 @@
+"""``osmosis-run grade``: a run's recorded samples -> a re-grade Plan -> Scheduler -> exit code.
+
+Only the grader runs: the engine replays the source run's rollouts through the re-grade
+executor (``backends/regrade.py``) into a new run directory, which resumes, gates and reports
+exactly as an eval's does. The source run is only read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
+
+import typer
+
+from osmosis_run.cli import exit_codes, options
+
+if TYPE_CHECKING:
+    from osmosis_run.backends.regrade import RegradeExecutor
+    from osmosis_run.run.plan import Plan
+
+_GATES = "Gates and reports"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the grade command to ``app``."""
+    app.command("grade", epilog=exit_codes.EXIT_CODES_HELP)(grade_command)
+
+
+def grade_command(
+    run_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="The run directory whose recorded samples are graded again (never changed).",
+            metavar="RUN",
+            show_default=False,
+        ),
+    ],
+    grader: options.GraderClass = None,
+    grader_config: options.GraderConfig = None,
+    out: Annotated[
+        str | None,
+        options.opt(
+            "--out",
+            "-o",
+            help="The new run directory (default: beside RUN, <RUN>-grade-<fingerprint>).",
+        ),
+    ] = None,
+    grader_timeout: options.GraderTimeout = None,
+    concurrency: options.Concurrency = None,
+    fresh: options.Fresh = None,
+    retry_failed: Annotated[
+        bool | None,
+        options.opt(
+            "--retry-failed",
+            help="Grade failed and timed-out rollouts again (workflow failures stay as they were).",
+        ),
+    ] = None,
+    jsonl: options.Jsonl = None,
+    group_by: Annotated[str | None, options.group_by("default: the run's own")] = None,
+    pass_threshold: Annotated[
+        float | None, options.pass_threshold("default: the run's own", panel=_GATES)
+    ] = None,
+    fail_under: Annotated[list[str] | None, options.fail_under(panel=_GATES)] = None,
+    max_error_rate: Annotated[str | None, options.max_error_rate(panel=_GATES)] = None,
+    html: Annotated[
+        str | None, options.html("Write the HTML report here at the end.", panel=_GATES)
+    ] = None,
+    junit: Annotated[
+        str | None,
+        options.junit("Write a JUnit XML report here (one testcase per rollout).", panel=_GATES),
+    ] = None,
+    baseline: Annotated[str | None, options.baseline(panel=_GATES)] = None,
+    fail_on_regression: Annotated[
+        float | None,
+        options.fail_on_regression(
+            "With --baseline: exit 1 when the mean reward dropped by more than this "
+            "and the confidence interval excludes zero.",
+            panel=_GATES,
+        ),
+    ] = None,
+) -> None:
+    """Grade a run's recorded samples again with another grader; the workflow never runs.
+
+    Writes a new run directory (the source is left as it is) with the new rewards; workflow
+    failures stay failures. Re-running the same command resumes it. Then `osmosis-run compare
+    RUN NEW` shows what the grader change did.
+    """
+    values = {key: value for key, value in locals().items() if key != "run_dir"}
+    raise typer.Exit(run_grade(run_dir, values))
+
+
+def run_grade(source: Path, values: dict[str, Any]) -> int:
+    """Prepare the re-grade, run it, render; return the exit code."""
+    from osmosis_run.backends.regrade import RegradeExecutor
+    from osmosis_run.cli import render
+    from osmosis_run.cli.eval import _results_channel
+    from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.reports.finish import check_targets
+    from osmosis_run.run.components import add_import_path
+    from osmosis_run.run.regrade import prepare_grade
+
+    try:
+        add_import_path(Path.cwd())
+        plan = prepare_grade(source, {k: v for k, v in values.items() if v is not None})
+        check_targets(plan.settings.after)
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    render.err.print(
+        f"osmosis-run: grading the samples recorded in {source} with {plan.settings.run.grader} "
+        "(the workflow does not run)",
+        markup=False,
+    )
+    with _results_channel(jsonl=plan.settings.output.jsonl) as results:
+        code = _run(plan, RegradeExecutor.from_plan(plan), results)
+    if code in (exit_codes.OK, exit_codes.GATE_FAILED, exit_codes.ERROR_BUDGET):
+        render.err.print(
+            f"osmosis-run: see what changed: osmosis-run compare {source} {plan.run_dir}",
+            markup=False,
+        )
+    return code
+
+
+def _run(plan: Plan, executor: RegradeExecutor, results: BinaryIO | None) -> int:
+    """Open the run and drive it as eval does (signals, failures, gates and reports)."""
+    from osmosis_run.cli import render
+    from osmosis_run.cli.eval import _fewer_collections, _finish, _first, _run_with_signals
+    from osmosis_run.errors import InfrastructureError, OsmosisRunError
+    from osmosis_run.run.scheduler import Scheduler, run_to_completion
+
+    settings = plan.settings
+    try:
+        reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results)
+        runner = Scheduler.open(plan, executor, reporter=reporter)
+        reporter.on_stdout_closed = runner.stop
+    except OsmosisRunError as exc:
+        render.print_error(exc)
+        return exit_codes.USAGE
+    failure: InfrastructureError | None = None
+    try:
+        with _fewer_collections():
+            outcome = run_to_completion(_run_with_signals(runner, reporter))
+    except* InfrastructureError as group:
+        failure = _first(group)
+    if failure is not None:
+        render.print_error(failure)
+        render.print_resume_hint(runner.store.dir, failed=True)
+        return exit_codes.INFRASTRUCTURE
+    return _finish(settings, outcome)
