@@ -220,3 +220,13 @@ class Logging(AgentWorkflow[AgentWorkflowConfig]):
         if (ctx.metadata or {}).get("fail"):
             raise RuntimeError("this row fails by design")
         return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
+
+
+class LoggingGrader(Grader):
+    """1.0 for every sample, logging at INFO on its own logger (as a user's grader does)."""
+
+    async def grade(self, ctx: GraderContext) -> None:
+        import logging
+
+        logging.getLogger("user.grader").info("grading against %s", ctx.label)
+        ctx.set_reward(1.0)

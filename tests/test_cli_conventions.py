@@ -166,6 +166,24 @@ def test_quiet_prints_only_the_summary_and_errors(cli: Cli, tmp_path: Path) -> N
     assert "  failure b.s0: agent_error: this row fails by design" in quiet.stderr.splitlines()
 
 
+def test_grade_takes_verbose_and_quiet(cli: Cli, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
+    made = cli("eval", str(data), "-w", "eval_flows:Echo", "-g", "eval_flows:ExactMatch",
+               "--out", "run", "--max-error-rate", "1")  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    loud = cli("grade", "run", "--grader", "eval_flows:LoggingGrader", "--out", "g1", "-v")
+    assert loud.exit_code == 0, loud.stderr
+    logged = [line for line in loud.stderr.splitlines() if "user.grader" in line]
+    assert sorted(re.sub(TIME, "T", line) for line in logged) == [
+        "T INFO user.grader: grading against p0",
+        "T INFO user.grader: grading against x",
+    ]
+    quiet = cli("grade", "run", "--grader", "eval_flows:LoggingGrader", "--out", "g2", "-q")
+    assert quiet.exit_code == 0, quiet.stderr
+    assert quiet.stderr.startswith("osmosis-run: finished g2\n")
+    assert "user.grader" not in quiet.stderr
+
+
 # -- progress --------------------------------------------------------------------------------
 
 

@@ -78,6 +78,8 @@ def grade_command(
             panel=_GATES,
         ),
     ] = None,
+    verbose: options.Verbose = 0,
+    quiet: options.Quiet = False,
 ) -> None:
     """Grade a run's recorded samples again with another grader; the workflow never runs.
 
@@ -85,12 +87,18 @@ def grade_command(
     failures stay failures. Re-running the same command resumes it. Then `osmosis-run compare
     RUN NEW` shows what the grader change did.
     """
-    values = {key: value for key, value in locals().items() if key != "run_dir"}
-    raise typer.Exit(run_grade(run_dir, values))
+    values = {
+        key: value for key, value in locals().items() if key not in ("run_dir", "verbose", "quiet")
+    }
+    from osmosis_run.cli import logs
+
+    with logs.to_stderr(verbose):
+        code = run_grade(run_dir, values, quiet=quiet)
+    raise typer.Exit(code)
 
 
-def run_grade(source: Path, values: dict[str, Any]) -> int:
-    """Prepare the re-grade, run it, render; return the exit code."""
+def run_grade(source: Path, values: dict[str, Any], *, quiet: bool = False) -> int:
+    """Prepare the re-grade, run it, render; return the exit code (``quiet``: no progress)."""
     from osmosis_run.backends.regrade import RegradeExecutor
     from osmosis_run.cli import render
     from osmosis_run.cli.eval import _results_channel
@@ -106,13 +114,14 @@ def run_grade(source: Path, values: dict[str, Any]) -> int:
     except OsmosisRunError as exc:
         render.print_error(exc)
         return exit_codes.USAGE
-    render.err.print(
-        f"osmosis-run: grading the samples recorded in {source} with {plan.settings.run.grader} "
-        "(the workflow does not run)",
-        markup=False,
-    )
+    if not quiet:
+        render.err.print(
+            f"osmosis-run: grading the samples recorded in {source} with "
+            f"{plan.settings.run.grader} (the workflow does not run)",
+            markup=False,
+        )
     with _results_channel(jsonl=plan.settings.output.jsonl) as results:
-        code = _run(plan, RegradeExecutor.from_plan(plan), results)
+        code = _run(plan, RegradeExecutor.from_plan(plan), results, quiet=quiet)
     if code in (exit_codes.OK, exit_codes.GATE_FAILED, exit_codes.ERROR_BUDGET):
         render.err.print(
             f"osmosis-run: see what changed: osmosis-run compare {source} {plan.run_dir}",
@@ -121,7 +130,9 @@ def run_grade(source: Path, values: dict[str, Any]) -> int:
     return code
 
 
-def _run(plan: Plan, executor: RegradeExecutor, results: BinaryIO | None) -> int:
+def _run(
+    plan: Plan, executor: RegradeExecutor, results: BinaryIO | None, *, quiet: bool = False
+) -> int:
     """Open the run and drive it as eval does (signals, failures, gates and reports)."""
     from osmosis_run.cli import render
     from osmosis_run.cli.eval import _fewer_collections, _finish, _first, _run_with_signals
@@ -130,7 +141,7 @@ def _run(plan: Plan, executor: RegradeExecutor, results: BinaryIO | None) -> int
 
     settings = plan.settings
     try:
-        reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results)
+        reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results, quiet=quiet)
         runner = Scheduler.open(plan, executor, reporter=reporter)
         reporter.on_stdout_closed = runner.stop
     except OsmosisRunError as exc:
