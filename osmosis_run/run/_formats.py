@@ -41,7 +41,9 @@ __all__ = [
     "open_gzip",
     "parquet_count",
     "parquet_records",
+    "row_estimate",
     "stem",
+    "table_ids",
 ]
 
 Kind = Literal["jsonl", "csv", "parquet", "json"]
@@ -515,3 +517,64 @@ def parquet_records(path: str, name: str) -> Iterator[TableRecord]:
             for cells in batch.to_pylist():
                 number += 1
                 yield TableRecord(number, f"{name}: row {number}", cells, None, mode)
+
+
+def table_ids(path: str) -> Iterator[str] | None:
+    """The ``id`` cells of a CSV or Parquet file as text, in file order (None: no such column).
+
+    Empty cells are left out; the cells of rows that turn out invalid are given too.
+
+    Raises:
+        DatasetError: the file cannot be read.
+    """
+    fmt = format_of(path)
+    if fmt.kind == "parquet":
+        with _parquet_file(path) as f:
+            if "id" not in f.schema_arrow.names:
+                return None
+        return _parquet_ids(path)
+    with _csv_text(path, fmt) as text:
+        try:
+            header = next((fields for fields in csv.reader(text) if fields), [])
+        except (csv.Error, OSError, EOFError, zlib.error) as exc:
+            raise DatasetError(f"cannot read dataset {path}: {_gzip_problem(exc)}") from None
+    return _csv_ids(path) if "id" in (f.strip() for f in header) else None
+
+
+def _csv_ids(path: str) -> Iterator[str]:
+    for record in csv_records(path, path):
+        value = record.cells.get("id")
+        if value:
+            yield value
+
+
+def _parquet_ids(path: str) -> Iterator[str]:
+    with _parquet_file(path) as f:
+        errors = _arrow_errors()
+        batches = f.iter_batches(batch_size=PARQUET_BATCH * 16, columns=["id"], use_threads=False)
+        while True:
+            try:
+                batch = next(batches, None)
+            except errors as exc:
+                raise DatasetError(_parquet_problem(path, exc)) from None
+            if batch is None:
+                return
+            for value in batch.column(0).to_pylist():
+                if value is not None and value != "":
+                    yield str(value)
+
+
+def row_estimate(path: str) -> int:
+    """About how many rows a CSV or Parquet file holds, without reading it through."""
+    fmt = format_of(path)
+    if fmt.kind == "parquet":
+        return parquet_count(path)
+    try:
+        size = Path(path).stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:
+        return 0
+    if fmt.gzip:
+        size *= 4  # text compresses about so much
+    return size * (head.count(b"\n") or 1) // max(len(head), 1)
