@@ -350,7 +350,11 @@ def parse_row(text: str, *, index: int, line: int, name: str, digest: str | None
     row = Row(index, line, None, None, digest=digest)
     try:
         data = _json_object(text)
-        _fill(row, data, metadata_mode="metadata" in data)
+        # _fill's body, inline: this runs once per JSONL row.
+        row.id = _row_id(data)
+        row.prompt = _prompt(data, "metadata" in data)
+        row.label = _label(data)
+        row.metadata = _metadata(data)
     except _RowProblem as problem:
         row.error = f"{name}:{line}: {problem}"
     return row
@@ -359,7 +363,7 @@ def parse_row(text: str, *, index: int, line: int, name: str, digest: str | None
 def _fill(row: Row, data: dict[str, Any], *, metadata_mode: bool) -> None:
     """Set the row's fields from its data; the first bad field raises ``_RowProblem``."""
     row.id = _row_id(data)
-    row.prompt = _prompt(data, metadata_mode=metadata_mode)
+    row.prompt = _prompt(data, metadata_mode)
     row.label = _label(data)
     row.metadata = _metadata(data)
 
@@ -642,7 +646,7 @@ def _row_id(data: dict[str, Any]) -> str | int | None:
     return value
 
 
-def _prompt(data: dict[str, Any], *, metadata_mode: bool) -> list[dict[str, Any]]:
+def _prompt(data: dict[str, Any], metadata_mode: bool) -> list[dict[str, Any]]:
     if "messages" in data:
         return _messages("messages", data["messages"])
     if "prompt" in data:
@@ -705,10 +709,13 @@ def _osmosis_prompt(data: dict[str, Any], *, metadata_mode: bool) -> list[dict[s
 
 def _label(data: dict[str, Any]) -> str | None:
     """``ground_truth``, else ``label``; an empty string counts as missing (as in osmosis-ai)."""
-    field = "ground_truth" if data.get("ground_truth") not in (None, "") else "label"
+    field = "ground_truth"
     value = data.get(field)
     if value is None or value == "":
-        return None
+        field = "label"
+        value = data.get(field)
+        if value is None or value == "":
+            return None
     if isinstance(value, str):
         return value
     if isinstance(value, dict | list):
