@@ -206,6 +206,12 @@ MISNAMED: dict[str, tuple[str, Callable[[], bytes], str]] = {
         'dataset data/rows.jsonl looks like CSV (its header is "question,answer"), not JSON '
         "Lines; name it data/rows.csv",
     ),
+    "a one-column CSV in .jsonl": (
+        "rows.jsonl",
+        lambda: b"user_prompt\nq1\nq2\n",
+        'dataset rows.jsonl looks like CSV (its header is "user_prompt"), not JSON Lines; '
+        "name it rows.csv",
+    ),
     "a JSON array in .jsonl": (
         "rows.jsonl",
         lambda: ARRAY,
@@ -588,7 +594,8 @@ def test_a_table_run_resumes_and_refuses_a_changed_file(
         ("rows.parquet", "rows"),
         ("rows.jsonl", "rows"),
         ("rows.v2.csv", "rows.v2"),
-        ("rows.txt", "rows.txt"),
+        ("rows.txt", "rows"),
+        ("rows.gz", "rows"),
     ],
 )
 def test_the_dataset_stem(name: str, stem: str) -> None:

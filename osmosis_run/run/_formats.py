@@ -112,10 +112,9 @@ def format_of(path: str) -> Format:
 def stem(path: str) -> str:
     """The dataset's name without its format's suffixes: ``rows`` for ``data/rows.jsonl.gz``."""
     name = Path(path).name
-    if name.lower().endswith(".gz"):
+    if name.lower().endswith(".gz") and len(name) > 3:
         name = name[:-3]
-    suffix = Path(name).suffix
-    return name[: -len(suffix)] if suffix.lower() in _SUFFIXES else name
+    return Path(name).stem
 
 
 def _renamed(path: str, suffix: str) -> str:
@@ -182,10 +181,10 @@ def _is_json(line: str) -> bool:
 def _csv_header(lines: list[str]) -> list[str] | None:
     """The first line's fields when it reads as a CSV header, else None."""
     fields = [f.strip() for f in next(csv.reader([lines[0]]), [])]
-    if len(fields) < 2:
-        return None
     if any(f.lower() in COLUMNS for f in fields):
         return fields
+    if len(fields) < 2:
+        return None
     names = all(_HEADER_NAME.fullmatch(f) for f in fields)
     same_width = len(lines) > 1 and len(next(csv.reader([lines[1]]), [])) == len(fields)
     return fields if names and same_width else None
