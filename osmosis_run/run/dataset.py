@@ -501,10 +501,12 @@ MIN_ID_BITS = 1 << 16
 class _UniqueIds:
     """Which rows of a table repeat an earlier row's id, in about 2 bytes a row, not 100.
 
-    A table is read twice: first its id column, through a two-bit filter (16 bits a row),
-    which keeps the hash of every id it may have seen before. An id that occurs twice is
-    always among those suspects; only the suspects' first rows are then remembered, exactly,
-    as the rows are read. A dataset of a million ids keeps a few thousand, not a million.
+    A table is read twice. First its id column goes through a filter of two bits an id (16
+    bits a row, as many rows as the file is estimated to hold), which keeps the hash of every
+    id it may have seen before: an id that occurs twice is always among these suspects, and
+    about one unique id in seventy joins them by chance. Then, as the rows are read, only the
+    suspects' first rows are remembered, exactly. (JSON Lines, which may be a stream read
+    once, keeps every id.)
     """
 
     def __init__(self, ids: Iterator[str], estimate: int) -> None:
