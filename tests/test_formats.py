@@ -511,25 +511,25 @@ def test_osmosis_table_rules(tmp_path: Path) -> None:
     ]
 
 
-def test_osmosis_rules_hold_for_json_lines_too(tmp_path: Path) -> None:
+def test_json_lines_rows_take_the_empty_label_rule_but_always_need_a_prompt(
+    tmp_path: Path,
+) -> None:
     write_jsonl(
         tmp_path / "d.jsonl",
         [
             {"user_prompt": "q", "ground_truth": "", "label": "fallback"},
             {"user_prompt": "q", "label": ""},
             {"metadata": {"task": "t"}},
-            {"metadata": {}},
-            {"metadata": None, "system_prompt": "s"},
+            {"metadata": {"task": "t"}, "system_prompt": "s"},
         ],
     )
     rows = list(iter_rows(str(tmp_path / "d.jsonl")))
-    meta = 'no prompt and no metadata: give "user_prompt" (or "prompt", "messages") or a non-empty "metadata"'
-    assert [(r.prompt, r.label, r.metadata, r.error) for r in rows] == [
-        ([{"role": "user", "content": "q"}], "fallback", None, None),
-        ([{"role": "user", "content": "q"}], None, None, None),
-        ([], None, {"task": "t"}, None),
-        (None, None, None, f"{tmp_path / 'd.jsonl'}:4: {meta}"),
-        (None, None, None, f"{tmp_path / 'd.jsonl'}:5: {meta}"),
+    name = tmp_path / "d.jsonl"
+    assert [(r.prompt, r.label, r.error) for r in rows] == [
+        ([{"role": "user", "content": "q"}], "fallback", None),
+        ([{"role": "user", "content": "q"}], None, None),
+        (None, None, f'{name}:3: no prompt: give "messages", "prompt", or "user_prompt"'),
+        (None, None, f'{name}:4: "user_prompt" is missing or empty'),
     ]
 
 

@@ -9,12 +9,13 @@ says (a ``.json`` file, a CSV named ``.jsonl``), in one line naming what it look
 Row shapes (SPEC §2): the prompt is ``messages`` (a chat list), ``prompt`` (a chat list or a
 string), or ``system_prompt`` + ``user_prompt``; the label is ``ground_truth`` or ``label``
 (scalars become strings); ``metadata`` is an object; ``id`` is an optional string or integer,
-unique in the dataset. As in osmosis-ai, an empty label or system prompt counts as missing, and
-a row that has a ``metadata`` key needs no prompt when that metadata is not empty (metadata mode).
+unique in the dataset. As in osmosis-ai, an empty label or system prompt counts as missing.
 
 CSV and Parquet rows follow osmosis-ai's table rules: every empty cell counts as missing, a
 ``metadata`` (or ``messages``) cell of text is JSON, other cell values are taken as they are
-(a number label becomes a string), and columns no row shape names are not read. Their ``line``
+(a number label becomes a string), and columns no row shape names are not read. A table with a
+``metadata`` column is in metadata mode: a row whose metadata is not empty needs no prompt (a
+JSON Lines row always does, as SPEC §2 has it). Their ``line``
 is the row's 1-based number in the file (a CSV header is not a row), their messages say
 ``data.csv: row 3 (line 4): ...``, and their digest is the hash of the row's cells as one JSON
 object.
@@ -352,7 +353,7 @@ def parse_row(text: str, *, index: int, line: int, name: str, digest: str | None
         data = _json_object(text)
         # _fill's body, inline: this runs once per JSONL row.
         row.id = _row_id(data)
-        row.prompt = _prompt(data, "metadata" in data)
+        row.prompt = _prompt(data, False)  # metadata mode is for tables (SPEC §2: a prompt)
         row.label = _label(data)
         row.metadata = _metadata(data)
     except _RowProblem as problem:
