@@ -375,14 +375,20 @@ def _table_rows(
     """The rows of a CSV or Parquet file, from its records."""
     ids = _formats.table_ids(path)
     unique = _UniqueIds(ids, _formats.row_estimate(path)) if ids is not None else None
-    for index, record in enumerate(records(path, path)):
-        row = _table_row(record, index)
-        if unique is not None and row.id is not None and row.error is None:
-            first = unique.first(str(row.id), row.line)
-            if first is not None:
-                row.error = f'{record.where}: duplicate id "{row.id}" (first in row {first})'
-                row.id = None
-        yield row
+    source = records(path, path)
+    try:
+        for index, record in enumerate(source):
+            row = _table_row(record, index)
+            if unique is not None and row.id is not None and row.error is None:
+                first = unique.first(str(row.id), row.line)
+                if first is not None:
+                    row.error = f'{record.where}: duplicate id "{row.id}" (first in row {first})'
+                    row.id = None
+            yield row
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()  # the file, now, when a reader stops early
 
 
 def _table_row(record: _formats.TableRecord, index: int) -> Row:
