@@ -500,6 +500,8 @@ def test_osmosis_table_rules(tmp_path: Path) -> None:
         b'q,1,,sys,"  ",\r\n'  # a metadata cell of spaces is empty
         b',,,,"{""task"": ""t""}",\r\n'  # metadata mode: no prompt needed
         b',,,sys only,"{""task"": ""t""}",\r\n'
+        b"q,2,,,{},\r\n"  # an empty metadata object counts as none
+        b",,,sys only,,\r\n"  # metadata mode: a system prompt alone is a prompt
     )
     rows = list(iter_rows(str(tmp_path / "d.csv")))
     assert [(r.prompt, r.label, r.metadata, r.error) for r in rows] == [
@@ -508,6 +510,8 @@ def test_osmosis_table_rules(tmp_path: Path) -> None:
         ([{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}], "1", None, None),
         ([], None, {"task": "t"}, None),
         ([{"role": "system", "content": "sys only"}], None, {"task": "t"}, None),
+        ([{"role": "user", "content": "q"}], "2", None, None),
+        ([{"role": "system", "content": "sys only"}], None, None, None),
     ]
 
 

@@ -12,10 +12,11 @@ string), or ``system_prompt`` + ``user_prompt``; the label is ``ground_truth`` o
 unique in the dataset. As in osmosis-ai, an empty label or system prompt counts as missing.
 
 CSV and Parquet rows follow osmosis-ai's table rules: every empty cell counts as missing, a
-``metadata`` (or ``messages``) cell of text is JSON, other cell values are taken as they are
+``metadata`` (or ``messages``) cell of text is JSON, an empty metadata object counts as none,
+other cell values are taken as they are
 (a number label becomes a string), and columns no row shape names are not read. A table with a
-``metadata`` column is in metadata mode: a row whose metadata is not empty needs no prompt (a
-JSON Lines row always does, as SPEC §2 has it). Their ``line``
+``metadata`` column is in metadata mode: a row needs no user prompt when it has a system prompt
+or metadata (a JSON Lines row always needs one, as SPEC §2 has it). Their ``line``
 is the row's 1-based number in the file (a CSV header is not a row), their messages say
 ``data.csv: row 3 (line 4): ...``, and their digest is the hash of the row's cells as one JSON
 object.
@@ -453,6 +454,8 @@ def _row_data(cells: dict[str, Any]) -> dict[str, Any]:
             value = _plain(column, value)
         elif not isinstance(value, int | float):  # a date, a decimal: its text
             value = _plain_scalar(value)
+        if column == "metadata" and value == {}:
+            continue  # osmosis-ai: an empty metadata object counts as none
         data[column] = value
     return data
 
@@ -681,8 +684,11 @@ _NO_PROMPT_NOR_METADATA = (
 
 
 def _metadata_prompt(data: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Metadata mode: a row without a user prompt stands on its metadata, if that is not empty."""
-    if not _metadata(data):
+    """Metadata mode: a row without a user prompt stands on its system prompt or its metadata.
+
+    As osmosis-ai's reader has it: only a row with neither is refused.
+    """
+    if not messages and not _metadata(data):
         raise _RowProblem(_NO_PROMPT_NOR_METADATA)
     return messages
 
