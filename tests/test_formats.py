@@ -622,6 +622,25 @@ def test_the_count_is_what_the_reader_reads(tmp_path: Path) -> None:
     assert list(iter_rows(str(tmp_path / "empty.csv"))) == []
 
 
+def test_a_csv_field_past_the_limit_is_an_invalid_row_and_the_next_row_reads(
+    tmp_path: Path,
+) -> None:
+    big = "x" * (_formats.CSV_FIELD_LIMIT + 1)
+    (tmp_path / "d.csv").write_text(f'user_prompt,label\nq,a\n"{big}",b\nq2,c\n')
+    rows = list(iter_rows(str(tmp_path / "d.csv")))
+    assert [(r.line, r.label, r.error) for r in rows] == [
+        (1, "a", None),
+        (
+            2,
+            None,
+            f"{tmp_path / 'd.csv'}: row 2 (line 3): not CSV (field larger than field limit "
+            "(16777216)); check this row's quotes",
+        ),
+        (3, "c", None),
+    ]
+    assert count_rows(str(tmp_path / "d.csv")) == 3
+
+
 def test_an_empty_table_has_no_rows(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "d.csv").write_bytes(b"user_prompt,ground_truth\n")
     pq.write_table(pa.table({"user_prompt": pa.array([], pa.string())}), tmp_path / "d.parquet")

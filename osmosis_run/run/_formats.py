@@ -369,7 +369,8 @@ class TableRecord:
     cells: dict[str, Any]
     problem: str | None = None
     metadata_mode: bool = False
-    """The table has a ``metadata`` column: a row with metadata needs no prompt."""
+    """The table has a ``metadata`` column: a row with a system prompt or metadata needs no
+    user prompt."""
 
 
 def _csv_text(path: str, fmt: Format) -> io.TextIOWrapper:
@@ -407,7 +408,7 @@ def _csv_rows(reader: Any, name: str) -> Iterator[TableRecord]:
             number += 1
             where = f"{name}: row {number} (line {line + 1})"
             line = reader.line_num
-            yield TableRecord(number, where, {}, f"not CSV: {exc}")
+            yield TableRecord(number, where, {}, f"not CSV ({exc}); check this row's quotes")
             continue
         start, line = line + 1, reader.line_num
         if not fields:
