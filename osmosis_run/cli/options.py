@@ -20,7 +20,10 @@ def opt(*names: str, help: str, panel: str | None = None, **kw: Any) -> Any:  # 
 
 Dataset = Annotated[
     str | None,
-    typer.Argument(help="JSONL dataset file, or - to read rows from stdin.", show_default=False),
+    typer.Argument(
+        help="Dataset file (.jsonl, .jsonl.gz, .csv, .parquet), or - for JSONL rows on stdin.",
+        show_default=False,
+    ),
 ]
 Config = Annotated[
     Path | None,

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from osmosis_run.errors import ConfigError, DatasetError
-from osmosis_run.run.dataset import is_stream
+from osmosis_run.run.dataset import check_file, is_stream
 from osmosis_run.run.selection import Selection
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.sdk.loading import load_class, load_instance
@@ -82,11 +82,7 @@ def _check_readable(dataset: str) -> None:
         return
     if not stat.S_ISREG(mode):
         raise DatasetError(f"dataset {dataset} is not a file; give a JSONL file")
-    try:
-        with open(dataset, "rb"):
-            pass
-    except OSError as exc:
-        raise DatasetError(f"cannot read dataset {dataset}: {exc.strerror or exc}") from None
+    check_file(dataset)
 
 
 def load_components(settings: EvalSettings) -> Components:

@@ -1,9 +1,25 @@
-"""JSONL dataset rows -> ``Row`` objects, streamed; a bad row is data that names file:line.
+"""Dataset rows -> ``Row`` objects, streamed; a bad row is data that names where it is.
+
+A dataset is JSON Lines (``.jsonl``, or any name not below), gzip-compressed JSON Lines
+(``.jsonl.gz``), CSV (``.csv``, ``.csv.gz``) or Parquet (``.parquet``, the ``parquet`` extra);
+``_formats`` reads the files, this module gives rows their meaning. stdin and other streams are
+always JSON Lines. ``check_file`` refuses, before a run, a file that is plainly not what its name
+says (a ``.json`` file, a CSV named ``.jsonl``), in one line naming what it looks like.
 
 Row shapes (SPEC §2): the prompt is ``messages`` (a chat list), ``prompt`` (a chat list or a
 string), or ``system_prompt`` + ``user_prompt``; the label is ``ground_truth`` or ``label``
 (scalars become strings); ``metadata`` is an object; ``id`` is an optional string or integer,
-unique in the dataset.
+unique in the dataset. As in osmosis-ai, an empty label or system prompt counts as missing.
+
+CSV and Parquet rows follow osmosis-ai's table rules: every empty cell counts as missing, a
+``metadata`` (or ``messages``) cell of text is JSON, an empty metadata object counts as none,
+other cell values are taken as they are
+(a number label becomes a string), and columns no row shape names are not read. A table with a
+``metadata`` column is in metadata mode: a row needs no user prompt when it has a system prompt
+or metadata (a JSON Lines row always needs one, as SPEC §2 has it). Their ``line``
+is the row's 1-based number in the file (a CSV header is not a row), their messages say
+``data.csv: row 3 (line 4): ...``, and their digest is the hash of the row's cells as one JSON
+object.
 
 One definition of a line serves reading, counting (``count_rows``), ``validate`` and resume:
 the bytes are split on ``\n`` only, one trailing ``\r`` is dropped (so ``\r\n`` works), a byte
@@ -17,6 +33,8 @@ raises for a row.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import hashlib
 import json
 import os
@@ -29,14 +47,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from osmosis_run.errors import DatasetError
+from osmosis_run.run import _formats
 
 __all__ = [
     "MAX_NESTING",
     "ByteStream",
     "Row",
+    "check_file",
     "count_rows",
+    "dataset_stem",
     "is_stream",
     "iter_rows",
+    "no_rows_hint",
     "parse_row",
     "rollout_id",
     "row_part",
@@ -127,17 +149,51 @@ def is_stream(dataset: str) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
+def check_file(path: str) -> None:
+    """Refuse a dataset file whose first bytes are plainly not the format its name says.
+
+    A stream (``-``, a FIFO) is JSON Lines whatever its name, and is not read here.
+
+    Raises:
+        DatasetError: a ``.json`` file, a file that is another format than its name says (the
+            message names what it looks like and how to fix it), a Parquet file without
+            pyarrow, or a file that cannot be read.
+    """
+    if is_stream(path):
+        return
+    _formats.check(path)
+
+
+def dataset_stem(path: str) -> str:
+    """The dataset's file name without its format's suffixes: ``rows`` for ``rows.jsonl.gz``."""
+    return _formats.stem(path)
+
+
+def no_rows_hint(path: str) -> str:
+    """What a dataset of this name holds, for the message of an empty one."""
+    kind = "jsonl" if path == "-" or is_stream(path) else _formats.format_of(path).kind
+    if kind == "csv":
+        return "a CSV dataset holds a header line, then one row per line"
+    if kind == "parquet":
+        return "a Parquet dataset holds one row per table row"
+    return "a dataset holds one JSON object per line"
+
+
 def iter_rows(
     path: str,
     *,
     source: ByteStream | None = None,
     on_wait: Callable[[], None] | None = None,
 ) -> Iterator[Row]:
-    """Stream the rows of a JSONL file (``-`` is stdin); blank lines are skipped.
+    """Stream the rows of a dataset file (``-`` is stdin); blank lines are skipped.
+
+    The file's name decides its format (JSON Lines, gzip-compressed or not, CSV, Parquet); a
+    stream is JSON Lines.
 
     Args:
         path: the dataset, as messages name it (``-`` reads stdin unless ``source`` is given).
-        source: a binary stream to read instead of opening ``path`` (it is not closed here).
+        source: a binary JSON Lines stream to read instead of opening ``path`` (it is not
+            closed here).
         on_wait: called just before each read that may block (no complete line is left to
             give), so a caller can hand over the rows it holds while a slow producer writes.
             A row is given as soon as its ``\n`` has been read.
@@ -145,8 +201,33 @@ def iter_rows(
     Raises:
         DatasetError: the file cannot be opened or read.
     """
+    fmt = _file_format(path, source)
+    if fmt.kind == "csv":
+        return _table_rows(_formats.csv_records, path)
+    if fmt.kind == "parquet":
+        return _table_rows(_formats.parquet_records, path)
+    return _jsonl_rows(path, source, on_wait, compressed=fmt.gzip)
+
+
+_JSONL = _formats.Format("jsonl")
+
+
+def _file_format(path: str, source: ByteStream | None) -> _formats.Format:
+    """The format ``path`` is read in: JSON Lines for a stream or a given source."""
+    if source is not None or path == "-" or is_stream(path):
+        return _JSONL
+    return _formats.format_of(path)
+
+
+def _jsonl_rows(
+    path: str,
+    source: ByteStream | None,
+    on_wait: Callable[[], None] | None,
+    *,
+    compressed: bool,
+) -> Iterator[Row]:
     name = "<stdin>" if path == "-" else path
-    stream, owned = _open(path, source)
+    stream, owned = _open(path, source, compressed=compressed)
     try:
         number = index = 0
         seen: dict[str, int] = {}
@@ -174,7 +255,12 @@ def count_rows(path: str) -> int:
     Raises:
         DatasetError: the file cannot be opened or read.
     """
-    stream, _ = _open(path, None)
+    fmt = _file_format(path, None)
+    if fmt.kind == "csv":
+        return _formats.csv_count(path)
+    if fmt.kind == "parquet":
+        return _formats.parquet_count(path)
+    stream, _ = _open(path, None, compressed=fmt.gzip)
     total = 0
     try:
         for block in _blocks(stream, None, path):
@@ -185,13 +271,15 @@ def count_rows(path: str) -> int:
     return total
 
 
-def _open(path: str, source: ByteStream | None) -> tuple[Any, bool]:
+def _open(path: str, source: ByteStream | None, *, compressed: bool) -> tuple[Any, bool]:
     """The stream to read and whether it is ours to close."""
     if source is not None:
         return source, False
     if path == "-":
         return sys.stdin.buffer, False
     try:
+        if compressed:
+            return _formats.open_gzip(path), True
         return open(path, "rb"), True  # closed by the caller
     except OSError as exc:
         raise DatasetError(f"cannot read dataset {path}: {exc.strerror or exc}") from None
@@ -264,13 +352,195 @@ def parse_row(text: str, *, index: int, line: int, name: str, digest: str | None
     row = Row(index, line, None, None, digest=digest)
     try:
         data = _json_object(text)
+        # _fill's body, inline: this runs once per JSONL row.
         row.id = _row_id(data)
-        row.prompt = _prompt(data)
+        row.prompt = _prompt(data, False)  # metadata mode is for tables (SPEC §2: a prompt)
         row.label = _label(data)
         row.metadata = _metadata(data)
     except _RowProblem as problem:
         row.error = f"{name}:{line}: {problem}"
     return row
+
+
+def _fill(row: Row, data: dict[str, Any], *, metadata_mode: bool) -> None:
+    """Set the row's fields from its data; the first bad field raises ``_RowProblem``."""
+    row.id = _row_id(data)
+    row.prompt = _prompt(data, metadata_mode)
+    row.label = _label(data)
+    row.metadata = _metadata(data)
+
+
+def _table_rows(
+    records: Callable[[str, str], Iterator[_formats.TableRecord]], path: str
+) -> Iterator[Row]:
+    """The rows of a CSV or Parquet file, from its records."""
+    ids = _formats.table_ids(path)
+    unique = _UniqueIds(ids, _formats.row_estimate(path)) if ids is not None else None
+    source = records(path, path)
+    try:
+        for index, record in enumerate(source):
+            row = _table_row(record, index)
+            if unique is not None and row.id is not None and row.error is None:
+                first = unique.first(str(row.id), row.line)
+                if first is not None:
+                    row.error = f'{record.where}: duplicate id "{row.id}" (first in row {first})'
+                    row.id = None
+            yield row
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()  # the file, now, when a reader stops early
+
+
+def _table_row(record: _formats.TableRecord, index: int) -> Row:
+    """One CSV or Parquet row; problems go into ``Row.error``, never raise.
+
+    Its digest is the hash of the row as the JSON object it stands for (the cells as read,
+    when they cannot be made into one).
+    """
+    row = Row(index, record.number, None, None)
+    problem = record.problem
+    if problem is None:
+        try:
+            data = _row_data(record.cells)
+            text = json.dumps(data)
+            row.digest = _hash(text)
+            if "\\udc" in text:  # a byte that is not UTF-8, kept by the CSV reader as a surrogate
+                _check_utf8(data)
+            _fill(row, data, metadata_mode=record.metadata_mode)
+        except _RowProblem as exc:
+            problem = str(exc)
+        else:
+            return row
+    if not row.digest:
+        row.digest = _hash(json.dumps(record.cells, default=_plain_scalar))
+    row.error = f"{record.where}: {problem}"
+    return row
+
+
+def _hash(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _check_utf8(cells: dict[str, Any]) -> None:
+    for column, value in cells.items():
+        if not isinstance(value, str):
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            byte = ord(value[exc.start]) - 0xDC00
+            raise _RowProblem(
+                f'not UTF-8 text (byte 0x{byte:02x} in column "{column}"); save the file as UTF-8'
+            ) from None
+
+
+_JSON_CELLS = ("metadata", "messages")
+"""Columns whose text cells are JSON (a table cell cannot hold an object or a list)."""
+
+
+def _row_data(cells: dict[str, Any]) -> dict[str, Any]:
+    """A table row's cells as a row object: empty cells left out, JSON cells parsed."""
+    data: dict[str, Any] = {}
+    for column, value in cells.items():
+        if value is None or value == "" or column not in _formats.COLUMNS:
+            continue
+        if isinstance(value, str):
+            if column in _JSON_CELLS:
+                if not value.strip():
+                    continue
+                value = _json_cell(column, value)
+        elif isinstance(value, dict | list | tuple):
+            value = _plain(column, value)
+        elif not isinstance(value, int | float):  # a date, a decimal: its text
+            value = _plain_scalar(value)
+        if column == "metadata" and value == {}:
+            continue  # osmosis-ai: an empty metadata object counts as none
+        data[column] = value
+    return data
+
+
+def _json_cell(column: str, text: str) -> Any:
+    """The JSON value a text cell holds, checked as a row's own JSON is."""
+    try:
+        value = _DECODER.decode(text.strip())
+    except json.JSONDecodeError as exc:
+        raise _RowProblem(f'"{column}" is not valid JSON: {exc.msg} (column {exc.colno})') from None
+    except RecursionError:
+        raise _RowProblem(_TOO_DEEP) from None
+    except ValueError as exc:  # an integer of more digits than int() reads
+        raise _RowProblem(_bad_number(exc)) from None
+    holder = {column: value}
+    if text.count("{") + text.count("[") >= MAX_NESTING and _too_deep(holder):
+        raise _RowProblem(_TOO_DEEP)
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        problem = _lone_surrogate(holder)
+        if problem is not None:
+            raise _RowProblem(problem)
+    return value
+
+
+def _plain(column: str, value: dict[str, Any] | list[Any] | tuple[Any, ...]) -> Any:
+    """A Parquet struct, list or map cell as plain JSON values (a map becomes an object)."""
+    if column == "metadata" and isinstance(value, list) and _is_pairs(value):
+        value = dict(value)
+    return json.loads(json.dumps(value, default=_plain_scalar))
+
+
+def _is_pairs(items: list[Any]) -> bool:
+    return bool(items) and all(isinstance(i, tuple) and len(i) == 2 for i in items)
+
+
+def _plain_scalar(value: object) -> Any:
+    """A cell value JSON has no type for, as JSON: a date as ISO text, a decimal as a number."""
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value) if value.is_finite() else str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, tuple):
+        return list(value)
+    return str(value)
+
+
+MIN_ID_BITS = 1 << 16
+"""The smallest filter ``_UniqueIds`` makes, in bits."""
+
+
+class _UniqueIds:
+    """Which rows of a table repeat an earlier row's id, in about 2 bytes a row, not 100.
+
+    A table is read twice. First its id column goes through a filter of two bits an id (16
+    bits a row, as many rows as the file is estimated to hold), which keeps the hash of every
+    id it may have seen before: an id that occurs twice is always among these suspects, and
+    about one unique id in seventy joins them by chance. Then, as the rows are read, only the
+    suspects' first rows are remembered, exactly. (JSON Lines, which may be a stream read
+    once, keeps every id.)
+    """
+
+    def __init__(self, ids: Iterator[str], estimate: int) -> None:
+        size = max(MIN_ID_BITS, 1 << (16 * max(estimate, 1) - 1).bit_length())
+        size = min(size, 1 << 32)
+        bits = bytearray(size >> 3)
+        mask = size - 1
+        suspects: set[int] = set()
+        for key in ids:
+            h = hash(key)
+            low, high = h & mask, (h >> 32) & mask
+            if bits[low >> 3] & (1 << (low & 7)) and bits[high >> 3] & (1 << (high & 7)):
+                suspects.add(h)
+            bits[low >> 3] |= 1 << (low & 7)
+            bits[high >> 3] |= 1 << (high & 7)
+        self._suspects = suspects
+        self._first: dict[str, int] = {}
+
+    def first(self, key: str, line: int) -> int | None:
+        """The row an earlier row with this id is on, or None for the id's first row."""
+        if hash(key) not in self._suspects:
+            return None
+        first = self._first.setdefault(key, line)
+        return first if first != line else None
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -388,7 +658,7 @@ def _row_id(data: dict[str, Any]) -> str | int | None:
     return value
 
 
-def _prompt(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _prompt(data: dict[str, Any], metadata_mode: bool) -> list[dict[str, Any]]:
     if "messages" in data:
         return _messages("messages", data["messages"])
     if "prompt" in data:
@@ -401,8 +671,26 @@ def _prompt(data: dict[str, Any]) -> list[dict[str, Any]]:
             raise _expect("prompt", value, "a string or a list of chat messages")
         return _messages("prompt", value)
     if "user_prompt" in data or "system_prompt" in data:
-        return _osmosis_prompt(data)
+        return _osmosis_prompt(data, metadata_mode=metadata_mode)
+    if metadata_mode:
+        return _metadata_prompt(data, [])
     raise _RowProblem('no prompt: give "messages", "prompt", or "user_prompt"')
+
+
+_NO_PROMPT_NOR_METADATA = (
+    'no prompt and no metadata: give "user_prompt" (or "prompt", "messages") '
+    'or a non-empty "metadata"'
+)
+
+
+def _metadata_prompt(data: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metadata mode: a row without a user prompt stands on its system prompt or its metadata.
+
+    As osmosis-ai's reader has it: only a row with neither is refused.
+    """
+    if not messages and not _metadata(data):
+        raise _RowProblem(_NO_PROMPT_NOR_METADATA)
+    return messages
 
 
 def _messages(field: str, value: object) -> list[dict[str, Any]]:
@@ -418,7 +706,7 @@ def _messages(field: str, value: object) -> list[dict[str, Any]]:
     return value
 
 
-def _osmosis_prompt(data: dict[str, Any]) -> list[dict[str, Any]]:
+def _osmosis_prompt(data: dict[str, Any], *, metadata_mode: bool) -> list[dict[str, Any]]:
     messages = []
     for field, role in (("system_prompt", "system"), ("user_prompt", "user")):
         value = data.get(field)
@@ -428,15 +716,21 @@ def _osmosis_prompt(data: dict[str, Any]) -> list[dict[str, Any]]:
             raise _expect(field, value, "a string")
         messages.append({"role": role, "content": value})
     if not any(m["role"] == "user" for m in messages):
+        if metadata_mode:
+            return _metadata_prompt(data, messages)
         raise _RowProblem('"user_prompt" is missing or empty')
     return messages
 
 
 def _label(data: dict[str, Any]) -> str | None:
-    field = "ground_truth" if data.get("ground_truth") is not None else "label"
+    """``ground_truth``, else ``label``; an empty string counts as missing (as in osmosis-ai)."""
+    field = "ground_truth"
     value = data.get(field)
-    if value is None:
-        return None
+    if value is None or value == "":
+        field = "label"
+        value = data.get(field)
+        if value is None or value == "":
+            return None
     if isinstance(value, str):
         return value
     if isinstance(value, dict | list):

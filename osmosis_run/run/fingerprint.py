@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from osmosis_run.run.dataset import is_stream, sha256_file
+from osmosis_run.run.dataset import dataset_stem, is_stream, sha256_file
 from osmosis_run.run.selection import Selection
 from osmosis_run.run.settings import EvalSettings
 
@@ -66,5 +66,6 @@ def default_run_dir(settings: EvalSettings, fingerprint: dict[str, Any]) -> Path
     """``runs/<dataset-stem>-<8 hex of the fingerprint>``."""
     text = json.dumps(fingerprint, sort_keys=True, default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-    stem = "stdin" if settings.run.dataset in (None, "-") else Path(settings.run.dataset or "").stem
+    dataset = settings.run.dataset
+    stem = "stdin" if dataset in (None, "-") else dataset_stem(dataset or "")
     return Path(settings.output.runs_dir) / f"{stem}-{digest}"

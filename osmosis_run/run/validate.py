@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, ConfigDict
 
 from osmosis_run.run.components import check_inputs, load_components, selection_of
-from osmosis_run.run.dataset import Row, iter_rows
+from osmosis_run.run.dataset import Row, iter_rows, no_rows_hint
 from osmosis_run.run.selection import select
 from osmosis_run.run.settings import EvalSettings
 
@@ -63,7 +63,13 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
     selection = selection_of(s)
     load_components(s)
     name = "<stdin>" if dataset == "-" else dataset
-    tally = _Tally(iter_rows(dataset), name=name, keep=max_problems, ids=selection.ids)
+    tally = _Tally(
+        iter_rows(dataset),
+        name=name,
+        keep=max_problems,
+        ids=selection.ids,
+        hint=no_rows_hint(dataset),
+    )
     # The count of a shuffled selection is that of the unshuffled one; skipping the shuffle
     # keeps memory flat. Rows the selection does not need are still read, for their problems.
     selected = sum(1 for _ in select(tally, selection.model_copy(update={"shuffle": False})))
@@ -91,10 +97,17 @@ class _Tally:
     """
 
     def __init__(
-        self, rows: Iterator[Row], *, name: str, keep: int, ids: frozenset[str] | None
+        self,
+        rows: Iterator[Row],
+        *,
+        name: str,
+        keep: int,
+        ids: frozenset[str] | None,
+        hint: str,
     ) -> None:
         self._rows = rows
         self._name = name
+        self._hint = hint
         self._keep = keep
         self._wanted = ids
         self._found: set[str] = set()
@@ -124,6 +137,6 @@ class _Tally:
     def finish(self) -> None:
         """Add the problems of the dataset as a whole, once every row is read."""
         if self.rows == 0:
-            self._problem(f"{self._name}: no rows; a dataset holds one JSON object per line")
+            self._problem(f"{self._name}: no rows; {self._hint}")
         for missing in sorted((self._wanted or frozenset()) - self._found):
             self._problem(f'{self._name}: --ids: no row has the id "{missing}"')
