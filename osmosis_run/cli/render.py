@@ -141,6 +141,7 @@ class Reporter:
         self._step = 1 << 62
         self._next_count = 1 << 62
         self._task: Any = None
+        self.gateway: Any = None  # the model gateway (its live figures), when the run has one
 
     def started(
         self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int = 0
@@ -246,6 +247,12 @@ class Reporter:
 
     def _stats(self) -> str:
         mean = f"mean {self.reward_sum / self.rewarded:.3f}" if self.rewarded else "mean -"
+        if self.gateway is not None:
+            live = self.gateway.live
+            return (
+                f"{mean}  errors {self.errors}  model calls in flight {live.in_flight}  "
+                f"{live.tokens_per_s():.0f} tok/s  429s {live.rate_limited}"
+            )
         return f"{mean}  errors {self.errors}"
 
     def _plain_line(self) -> None:
@@ -348,6 +355,10 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
     if s.wall_s is not None:
         rate = f"{s.throughput_per_s:.1f}/s" if s.throughput_per_s else "-"
         rows.append(("wall", f"{s.wall_s:.2f}s  ({rate})"))
+    if s.model is not None:
+        from osmosis_run.results.records import model_rows
+
+        rows.extend(model_rows(s.model))
     for key, group in s.groups.items():
         rows.append(
             (
