@@ -101,7 +101,11 @@ def _completion(body: dict[str, Any], content: str) -> tuple[dict[str, Any], dic
         "created": int(time.time()),
         "model": body.get("model", "up-model"),
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+            }
         ],
         "usage": usage,
     }, usage
@@ -156,7 +160,9 @@ async def _answer(
         await _send(writer, 401, {"error": {"message": f"Incorrect API key provided: {token}"}})
         return True
     if method == "GET" and path == "/v1/models":
-        await _send(writer, 200, {"object": "list", "data": [{"id": "up-model", "object": "model"}]})
+        await _send(
+            writer, 200, {"object": "list", "data": [{"id": "up-model", "object": "model"}]}
+        )
         return True
     if method != "POST" or path != "/v1/chat/completions" or not isinstance(body, dict):
         await _send(writer, 404, {"error": {"message": f"no route {method} {path}"}})
@@ -170,7 +176,9 @@ async def _answer(
         if reply.drop:
             return False
         if reply.status != 200:
-            extra = f"retry-after: {reply.retry_after:g}\r\n" if reply.retry_after is not None else ""
+            extra = (
+                f"retry-after: {reply.retry_after:g}\r\n" if reply.retry_after is not None else ""
+            )
             message = {429: "Rate limit reached", 500: "The server had an error"}
             await _send(
                 writer,
@@ -180,7 +188,11 @@ async def _answer(
             )
             return True
         messages = body.get("messages") or [{}]
-        content = reply.content if reply.content is not None else f"echo: {messages[-1].get('content', '')}"
+        content = (
+            reply.content
+            if reply.content is not None
+            else f"echo: {messages[-1].get('content', '')}"
+        )
         completion, usage = _completion(body, content)
         if body.get("stream"):
             return await _stream(up, writer, body, completion, usage, reply)
@@ -201,17 +213,44 @@ async def _stream(
     usage: dict[str, int],
     reply: Reply,
 ) -> bool:
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
     words = completion["choices"][0]["message"]["content"].split(" ")
     chunks: list[dict[str, Any]] = []
     for i, word in enumerate(words):
         delta: dict[str, Any] = {"content": word if i == 0 else " " + word}
         if i == 0:
             delta["role"] = "assistant"
-        chunks.append({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": completion["model"], "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
-    chunks.append({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": completion["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        chunks.append(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": completion["model"],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+            }
+        )
+    chunks.append(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": completion["model"],
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+    )
     if (body.get("stream_options") or {}).get("include_usage"):
-        chunks.append({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": completion["model"], "choices": [], "usage": usage})
+        chunks.append(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": completion["model"],
+                "choices": [],
+                "usage": usage,
+            }
+        )
     for n, chunk in enumerate(chunks):
         if n and reply.chunk_delay:
             await asyncio.sleep(reply.chunk_delay)
@@ -231,7 +270,9 @@ async def _stream(
 
 
 @contextlib.contextmanager
-def serve_upstream(*, api_key: str | None = None, default: Reply | None = None) -> Iterator[Upstream]:
+def serve_upstream(
+    *, api_key: str | None = None, default: Reply | None = None
+) -> Iterator[Upstream]:
     """Run an upstream on 127.0.0.1 (a free port) in a thread until the block ends."""
     up = Upstream(api_key=api_key, default=default or Reply())
     ready = threading.Event()
@@ -275,7 +316,7 @@ def main() -> None:
             lambda r, w: _serve_connection(up, r, w), "127.0.0.1", args.port, backlog=4096
         )
         print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", flush=True)
-        up.requests = _Forgetful()  # type: ignore[assignment]
+        up.requests = _Forgetful()
         async with server:
             await server.serve_forever()
 

@@ -7,7 +7,12 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI
 
-from osmosis_run import AgentWorkflow, AgentWorkflowContext, AgentWorkflowOutput, get_rollout_context
+from osmosis_run import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    AgentWorkflowOutput,
+    get_rollout_context,
+)
 
 CALLS = 2  # calls per rollout of the workflows below
 
@@ -18,13 +23,14 @@ def _endpoint() -> tuple[str, str]:
     return ctx.chat_completions_url, ctx.api_key or ""
 
 
-class OpenAIWorkflow(AgentWorkflow):
+class OpenAIWorkflow(AgentWorkflow[Any]):
     """Two calls with the OpenAI SDK; the answers become the transcript."""
 
     async def run(self, ctx: AgentWorkflowContext[Any]) -> AgentWorkflowOutput:
         url, key = _endpoint()
         messages = list(ctx.prompt)
-        async with AsyncOpenAI(base_url=url, api_key=key, max_retries=0) as client:
+        client: Any = AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
+        async with client:
             for _ in range(CALLS):
                 reply = await client.chat.completions.create(
                     model="test-model", messages=messages, temperature=0
@@ -33,13 +39,14 @@ class OpenAIWorkflow(AgentWorkflow):
         return AgentWorkflowOutput(messages=messages)
 
 
-class StreamingWorkflow(AgentWorkflow):
+class StreamingWorkflow(AgentWorkflow[Any]):
     """One streamed call with the OpenAI SDK, asking for usage in the stream."""
 
     async def run(self, ctx: AgentWorkflowContext[Any]) -> AgentWorkflowOutput:
         url, key = _endpoint()
         parts: list[str] = []
-        async with AsyncOpenAI(base_url=url, api_key=key, max_retries=0) as client:
+        client: Any = AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
+        async with client:
             stream = await client.chat.completions.create(
                 model="test-model", messages=list(ctx.prompt), stream=True
             )
@@ -51,7 +58,7 @@ class StreamingWorkflow(AgentWorkflow):
         )
 
 
-class HttpxWorkflow(AgentWorkflow):
+class HttpxWorkflow(AgentWorkflow[Any]):
     """One call with plain httpx, as a custom workflow would make it."""
 
     async def run(self, ctx: AgentWorkflowContext[Any]) -> AgentWorkflowOutput:
@@ -67,7 +74,7 @@ class HttpxWorkflow(AgentWorkflow):
         return AgentWorkflowOutput(messages=[*ctx.prompt, message])
 
 
-class KeyReporter(AgentWorkflow):
+class KeyReporter(AgentWorkflow[Any]):
     """Puts what the rollout was handed (URL and key) in its transcript, for the leak tests."""
 
     async def run(self, ctx: AgentWorkflowContext[Any]) -> AgentWorkflowOutput:

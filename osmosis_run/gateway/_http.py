@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["Request", "Response", "Handler", "start_server"]
+__all__ = ["Handler", "Request", "Response", "Server", "start_server"]
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -96,22 +96,56 @@ class _BadRequest(Exception):
         self.status = status
 
 
-async def start_server(handler: Handler, host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
+class Server:
+    """A listening server and its open connections."""
+
+    def __init__(self) -> None:
+        self.listener: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        assert self.listener is not None
+        port: int = self.listener.sockets[0].getsockname()[1]
+        return port
+
+    async def close(self) -> None:
+        """Stop listening, close every connection (keep-alive ones too), wait for handlers."""
+        if self.listener is not None:
+            self.listener.close()
+        for writer in list(self.writers):
+            writer.close()
+        if self.tasks:
+            await asyncio.wait(set(self.tasks), timeout=2.0)
+
+
+async def start_server(handler: Handler, host: str = "127.0.0.1", port: int = 0) -> Server:
     """Listen on ``host:port`` (0: any free port) and serve every connection with ``handler``."""
+    server = Server()
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.writers.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            server.tasks.add(task)
         try:
             await _serve(handler, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away
+            pass  # the client went away, or the server is closing
         finally:
+            server.writers.discard(writer)
+            if task is not None:
+                server.tasks.discard(task)
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
-    return await asyncio.start_server(
+    server.listener = await asyncio.start_server(
         connection, host, port, limit=MAX_HEAD, reuse_address=True, backlog=1024
     )
+    return server
 
 
 async def _serve(

@@ -204,17 +204,11 @@ class Gateway:
             await proxy.close()
             raise ConfigError(f"the model gateway cannot listen on 127.0.0.1: {exc}") from None
         try:
-            port = server.sockets[0].getsockname()[1]
-            self.url = f"http://127.0.0.1:{port}"
+            self.url = f"http://127.0.0.1:{server.port}"
             if self._check:
                 await preflight(proxy.client, proxy.base, model=self.config.model)
             self._ready.set()
             await self._stop.wait()
         finally:
-            server.close()
-            # The rollouts' keep-alive connections: closed now, not left to the garbage collector.
-            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in others:
-                task.cancel()
-            await asyncio.gather(*others, return_exceptions=True)
+            await server.close()  # the rollouts' keep-alive connections too
             await proxy.close()

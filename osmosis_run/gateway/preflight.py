@@ -67,8 +67,13 @@ async def _get(
     return reply.status_code
 
 
-def _reason(exc: httpx.ConnectError) -> str:
-    text = str(exc)
-    if "refused" in text.lower() or "Errno 111" in text:
-        return "connection refused"
-    return text or "connection failed"
+def _reason(exc: BaseException) -> str:
+    """What the operating system said (httpx says "All connection attempts failed")."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or "connection failed"

@@ -333,7 +333,7 @@ class _Call:
         body = self.proxy.redactor.text_bytes(sent.body)
         self.response_record = capped(body, self.proxy.recorder.max_body_bytes)
         if sent.status == 200:
-            self.usage = _usage_of(self.response_record)
+            self.usage = _usage_of(_loads(sent.body))
             if self.key is not None and self.proxy.cache is not None:
                 self.proxy.cache.put(self.key, "json", sent.body)
         else:
@@ -393,11 +393,10 @@ class _Call:
                 buffer = (buffer + data).replace(b"\r\n", b"\n")
                 while (end := buffer.find(b"\n\n")) >= 0:
                     event, buffer = buffer[: end + 2], buffer[end + 2 :]
+                    kept.append(event)  # the cache keeps it all, usage chunk included
                     if _read_event(event, state, content) and drop_usage:
                         continue  # the usage-only chunk the client did not ask for
-                    event = self.proxy.redactor.text_bytes(event)
-                    kept.append(event)
-                    await response.write(event)
+                    await response.write(self.proxy.redactor.text_bytes(event))
             if buffer.strip():
                 kept.append(buffer)
                 await response.write(buffer)
@@ -422,17 +421,20 @@ class _Call:
         if kind == "sse":
             state: dict[str, Any] = {"chunks": 0}
             content: list[str] = []
+            asked = self.body.get("stream_options")
+            wants_usage = isinstance(asked, dict) and bool(asked.get("include_usage"))
             await response.start(200, [("content-type", "text/event-stream")])
             for event in _events(data):
-                _read_event(event, state, content)
-                await response.write(event)
+                if _read_event(event, state, content) and not wants_usage:
+                    continue
+                await response.write(self.proxy.redactor.text_bytes(event))
             await response.end()
             self.usage = state.get("usage")
             self.response_record = stream_summary(content, state)
             return
         self.response_record = capped(data, self.proxy.recorder.max_body_bytes)
-        self.usage = _usage_of(self.response_record)
-        await response.send(200, [_JSON], data)
+        self.usage = _usage_of(json.loads(data))
+        await response.send(200, [_JSON], self.proxy.redactor.text_bytes(data))
 
     async def _fail(self, response: Response, status: int, message: str, code: str) -> None:
         self.status = status
@@ -551,6 +553,13 @@ def _events(data: bytes) -> list[bytes]:
     if rest:
         events.append(rest)
     return events
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def _usage_of(body: Any) -> dict[str, Any] | None:
