@@ -289,6 +289,7 @@ class _Call:
         self.attempts: list[dict[str, Any]] = []
         self.key: str | None = None
         self.fresh = False
+        self.done = False
         if account is not None:
             account.calls += 1
             self.number = account.calls
@@ -341,6 +342,7 @@ class _Call:
         headers = _passed(sent.headers)
         if sent.status != 200:
             headers.append(_NO_RETRY)
+        self.finish()  # counted before the workflow can see the answer and end its rollout
         await response.send(sent.status, headers, body)
 
     async def _streamed(self, response: Response) -> None:
@@ -369,6 +371,7 @@ class _Call:
             data = self.proxy.redactor.text_bytes(sent.body)
             self.response_record = capped(data, self.proxy.recorder.max_body_bytes)
             self.error = _brief(data)
+            self.finish()
             await response.send(sent.status, [*_passed(sent.headers), _NO_RETRY], data)
             return
         await self._relay(response, sent.stream, sent.headers, drop_usage=added)
@@ -396,6 +399,8 @@ class _Call:
                     kept.append(event)  # the cache keeps it all, usage chunk included
                     if _read_event(event, state, content) and drop_usage:
                         continue  # the usage-only chunk the client did not ask for
+                    if b"[DONE]" in event:
+                        self._streamed_to_end(state, content)
                     await response.write(self.proxy.redactor.text_bytes(event))
             if buffer.strip():
                 kept.append(buffer)
@@ -408,8 +413,7 @@ class _Call:
         finally:
             await upstream.aclose()
             self.proxy.done_streaming(ok=ok)
-            self.usage = state.get("usage")
-            self.response_record = stream_summary(content, state)
+            self._streamed_to_end(state, content)
             if ok and self.key is not None and self.proxy.cache is not None:
                 self.proxy.cache.put(self.key, "sse", b"".join(kept))
 
@@ -427,18 +431,21 @@ class _Call:
             for event in _events(data):
                 if _read_event(event, state, content) and not wants_usage:
                     continue
+                if b"[DONE]" in event:
+                    self._streamed_to_end(state, content)
                 await response.write(self.proxy.redactor.text_bytes(event))
             await response.end()
-            self.usage = state.get("usage")
-            self.response_record = stream_summary(content, state)
+            self._streamed_to_end(state, content)
             return
         self.response_record = capped(data, self.proxy.recorder.max_body_bytes)
         self.usage = _usage_of(json.loads(data))
+        self.finish()
         await response.send(200, [_JSON], self.proxy.redactor.text_bytes(data))
 
     async def _fail(self, response: Response, status: int, message: str, code: str) -> None:
         self.status = status
         self.error = message
+        self.finish()
         await _error(response, status, message, code)
 
     def note_failure(self, status: int | None) -> None:
@@ -453,8 +460,17 @@ class _Call:
         if self.account is not None:
             self.account.retries += 1
 
+    def _streamed_to_end(self, state: dict[str, Any], content: list[str]) -> None:
+        if not self.done:
+            self.usage = state.get("usage")
+            self.response_record = stream_summary(content, state)
+            self.finish()
+
     def finish(self) -> None:
-        """Count the call in its rollout's usage and write its record."""
+        """Count the call in its rollout's usage and write its record (once)."""
+        if self.done:
+            return
+        self.done = True
         elapsed_ms = (time.monotonic() - self.started) * 1000
         live = self.proxy.ledger.live
         tokens = 0
