@@ -68,7 +68,9 @@ def test_token_totals_equal_the_upstreams_own_count(
     assert sum(line.usage.total_tokens for line in lines if line.usage) == up.total_tokens
     assert {line.usage.requests for line in lines if line.usage} == {2}
     doc = json.loads((tmp_path / "run/rollouts/a.s0/result.json").read_text())
-    assert doc["usage"] == lines[0].usage.model_dump() if lines[0].rollout_id == "a.s0" else True
+    [line_a] = [line for line in lines if line.rollout_id == "a.s0"]
+    assert line_a.usage is not None
+    assert doc["usage"] == line_a.usage.model_dump()
     assert "model calls      12 (0 retries, 0 rate-limited, 0 failed)  cost $" in result.stderr
     assert f"tokens           {up.total_tokens} (" in result.stderr
     calls = (tmp_path / "run/rollouts/a.s0" / MODEL_CALLS).read_text().splitlines()
