@@ -34,6 +34,8 @@ from osmosis_run.gateway.recording import CallRecorder, capped, stream_summary
 __all__ = ["Proxy", "ProxyConfig", "upstream_base"]
 
 ROLLOUTS_PREFIX = "/v1/rollouts/"
+POOL_SIZE = 16
+MAX_POOLS = 16
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504, 520, 522, 524, 529})
 _JSON = ("content-type", "application/json")
 _NO_RETRY = ("x-should-retry", "false")
@@ -103,21 +105,33 @@ class Proxy:
         headers = {"accept-encoding": "identity"}
         if config.api_key:
             headers["authorization"] = f"Bearer {config.api_key}"
-        self.client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(
-                config.read_timeout_s, connect=config.connect_timeout_s, pool=None
-            ),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
-            ),
-        )
+        # Several small connection pools rather than one large one: httpcore's pool does work
+        # proportional to its connections on every request, which at a hundred calls in flight
+        # cost more than the rest of the gateway together. (The in-flight limit is global.)
+        shards = max(1, min(MAX_POOLS, -(-config.max_connections // POOL_SIZE)))
+        per_pool = -(-config.max_connections // shards)
+        self.clients = [
+            httpx.AsyncClient(
+                headers=headers,
+                timeout=httpx.Timeout(
+                    config.read_timeout_s, connect=config.connect_timeout_s, pool=None
+                ),
+                limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool),
+            )
+            for _ in range(shards)
+        ]
+        self.client = self.clients[0]
+        self._turn = 0
         self._stream_usage = True  # the upstream takes stream_options.include_usage
 
     async def close(self) -> None:
         """Close the upstream connections."""
-        await self.client.aclose()
+        for client in self.clients:
+            await client.aclose()
+
+    def _next_client(self) -> httpx.AsyncClient:
+        self._turn = (self._turn + 1) % len(self.clients)
+        return self.clients[self._turn]
 
     async def __call__(self, request: Request, response: Response) -> None:
         """Serve one request."""
@@ -228,8 +242,9 @@ class Proxy:
         if deadline is not None:
             timeout = max(0.001, min(timeout, deadline - time.monotonic()))
         try:
-            reply = await self.client.send(
-                self.client.build_request(
+            client = self._next_client()
+            reply = await client.send(
+                client.build_request(
                     "POST",
                     url,
                     content=content,
