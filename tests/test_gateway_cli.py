@@ -300,3 +300,37 @@ def test_report_shows_the_usage(cli: Cli, up: Upstream, data: Path, tmp_path: Pa
     shown = result.stderr + result.stdout
     assert "model calls      6 (0 retries, 0 rate-limited, 0 failed)" in shown
     assert f"tokens           {up.total_tokens} (" in shown
+
+
+def test_a_resume_with_another_model_is_refused(
+    cli: Cli, up: Upstream, data: Path, tmp_path: Path
+) -> None:
+    assert run(cli, data, up.url, "--model", "one").exit_code == 0
+    again = run(cli, data, up.url, "--model", "two")
+    assert again.exit_code == 2
+    assert again.stderr == (
+        "error: run holds a run made with other inputs (changed: model); add --fresh to start "
+        "it over, or choose another --out\n"
+    )
+
+
+@pytest.mark.slow
+def test_rpm_paces_the_calls(cli: Cli, up: Upstream, data: Path, tmp_path: Path) -> None:
+    # 12 a minute: a burst of one (5 seconds' worth), then one every 5 s; 2 calls take ~5 s.
+    result = run(cli, data, up.url, "--rpm", "12", "--limit", "1")
+    assert result.exit_code == 0, result.stderr
+    first, second = up.chat_requests()
+    assert second.at - first.at >= 4.5
+
+
+def test_help_and_import_load_no_http_client() -> None:
+    code = (
+        "import sys, osmosis_run\n"
+        "from osmosis_run.cli import app\n"
+        "from typer.testing import CliRunner\n"
+        "assert CliRunner().invoke(app, ['eval', '--help']).exit_code == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('httpx', 'openai')"
+        " or m.startswith('osmosis_run.gateway.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
