@@ -149,17 +149,45 @@ def test_retry_after_is_honoured(up: Upstream, tmp_path: Path) -> None:
     assert records(tmp_path)[0]["previous_attempts"][0]["retry_after_s"] == 0.4
 
 
-def test_a_500_and_a_dropped_connection_are_retried(up: Upstream, tmp_path: Path) -> None:
-    up.script([Reply(status=500), Reply(drop=True)])
+def test_a_500_is_retried(up: Upstream, tmp_path: Path) -> None:
+    up.script([Reply(status=500)])
     with running(up, tmp_path) as gateway:
         gateway.open_rollout("r0", sample_index=0, timeout_s=None)
         reply = ask(gateway)
         usage = gateway.take_usage("r0")
     assert reply.usage.total_tokens == 7
-    assert (usage.retries, usage.rate_limited) == (2, 0)
+    assert (usage.retries, usage.rate_limited) == (1, 0)
     previous = records(tmp_path)[0]["previous_attempts"]
-    assert [a["status"] for a in previous] == [500, None]
-    assert previous[1]["error"].endswith("the connection dropped")
+    assert [(a["status"], a["error"]) for a in previous] == [(500, "The server had an error")]
+
+
+def test_a_dropped_connection_is_retried(up: Upstream, tmp_path: Path) -> None:
+    up.script([Reply(drop=True), Reply(drop=True)])
+    with running(up, tmp_path) as gateway:
+        gateway.open_rollout("r0", sample_index=0, timeout_s=None)
+        reply = ask(gateway)
+        usage = gateway.take_usage("r0")
+    assert reply.usage.total_tokens == 7
+    assert (usage.retries, usage.errors) == (2, 0)
+    previous = records(tmp_path)[0]["previous_attempts"]
+    assert [(a["status"], a["error"]) for a in previous] == [
+        (None, f"upstream {up.url}: the connection dropped")
+    ] * 2
+
+
+def test_a_refused_connection_is_retried_then_reported(tmp_path: Path) -> None:
+    dead = Upstream(url="http://127.0.0.1:9/v1")
+    with running(dead, tmp_path, check=False, model_retries=2) as gateway:
+        gateway.open_rollout("r0", sample_index=0, timeout_s=None)
+        with pytest.raises(openai.APIStatusError) as caught:
+            ask(gateway)
+    assert caught.value.status_code == 502
+    assert caught.value.body == {
+        "message": "upstream http://127.0.0.1:9/v1: cannot connect (connection refused)",
+        "type": "osmosis_run_gateway",
+        "code": "upstream_error",
+    }
+    assert len(records(tmp_path)[0]["previous_attempts"]) == 3
 
 
 def test_retries_end_at_model_retries_and_the_sdk_does_not_retry_on_top(

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from osmosis_run._redact import Redactor
+from osmosis_run.gateway._client import UpstreamClient, UpstreamError, UpstreamReply
 from osmosis_run.gateway._http import Request, Response
 from osmosis_run.gateway.accounting import Ledger, RolloutUsage
 from osmosis_run.gateway.cache import ModelCache, cache_key, request_digest
@@ -34,8 +35,6 @@ from osmosis_run.gateway.recording import CallRecorder, capped, stream_summary
 __all__ = ["Proxy", "ProxyConfig", "upstream_base"]
 
 ROLLOUTS_PREFIX = "/v1/rollouts/"
-POOL_SIZE = 16
-MAX_POOLS = 16
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504, 520, 522, 524, 529})
 _JSON = ("content-type", "application/json")
 _NO_RETRY = ("x-should-retry", "false")
@@ -73,7 +72,7 @@ class _Sent:
     status: int
     headers: dict[str, str]
     body: bytes = b""
-    stream: httpx.Response | None = None
+    stream: UpstreamReply | None = None
     error: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
@@ -105,33 +104,23 @@ class Proxy:
         headers = {"accept-encoding": "identity"}
         if config.api_key:
             headers["authorization"] = f"Bearer {config.api_key}"
-        # Several small connection pools rather than one large one: httpcore's pool does work
-        # proportional to its connections on every request, which at a hundred calls in flight
-        # cost more than the rest of the gateway together. (The in-flight limit is global.)
-        shards = max(1, min(MAX_POOLS, -(-config.max_connections // POOL_SIZE)))
-        per_pool = -(-config.max_connections // shards)
-        self.clients = [
-            httpx.AsyncClient(
-                headers=headers,
-                timeout=httpx.Timeout(
-                    config.read_timeout_s, connect=config.connect_timeout_s, pool=None
-                ),
-                limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool),
-            )
-            for _ in range(shards)
-        ]
-        self.client = self.clients[0]
-        self._turn = 0
+        # Chat completions go through the lean client (_client.py: a tenth of httpx's CPU per
+        # call); the preflight and other paths through httpx.
+        self.upstream = UpstreamClient(
+            self.base, headers=headers, connect_timeout_s=config.connect_timeout_s
+        )
+        self.client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(
+                config.read_timeout_s, connect=config.connect_timeout_s, pool=None
+            ),
+        )
         self._stream_usage = True  # the upstream takes stream_options.include_usage
 
     async def close(self) -> None:
         """Close the upstream connections."""
-        for client in self.clients:
-            await client.aclose()
-
-    def _next_client(self) -> httpx.AsyncClient:
-        self._turn = (self._turn + 1) % len(self.clients)
-        return self.clients[self._turn]
+        await self.upstream.aclose()
+        await self.client.aclose()
 
     async def __call__(self, request: Request, response: Response) -> None:
         """Serve one request."""
@@ -194,7 +183,7 @@ class Proxy:
         A streamed response that is not retried comes back open, its slot in the in-flight
         limit still held: the caller reads it, then calls ``done_streaming``.
         """
-        url = f"{self.base}/chat/completions"
+        url = "chat/completions"
         deadline = call.account.deadline if call.account is not None else None
         attempts: list[dict[str, Any]] = []
         number = 0
@@ -242,29 +231,19 @@ class Proxy:
         if deadline is not None:
             timeout = max(0.001, min(timeout, deadline - time.monotonic()))
         try:
-            client = self._next_client()
-            reply = await client.send(
-                client.build_request(
-                    "POST",
-                    url,
-                    content=content,
-                    headers={"content-type": "application/json"},
-                    timeout=httpx.Timeout(timeout, connect=self.config.connect_timeout_s),
-                ),
-                stream=True,
-            )
-        except httpx.HTTPError as exc:
+            reply = await self.upstream.post(url, content, seconds=timeout)
+        except UpstreamError as exc:
             self.limit.release()
-            return _Sent(0, {}, error=f"upstream {self.base}: {_describe(exc)}")
-        headers = {k.lower(): v for k, v in reply.headers.items()}
+            return _Sent(0, {}, error=f"upstream {self.base}: {exc}")
+        headers = reply.headers
         if reply.status_code == 429:
             self.limit.throttled(sent_at)
         if stream and reply.status_code == 200:
             return _Sent(200, headers, stream=reply)
         try:
             data = await reply.aread()
-        except httpx.HTTPError as exc:
-            return _Sent(0, {}, error=f"upstream {self.base}: {_describe(exc)}")
+        except UpstreamError as exc:
+            return _Sent(0, {}, error=f"upstream {self.base}: {exc}")
         finally:
             await reply.aclose()
             self.limit.release()
@@ -394,7 +373,7 @@ class _Call:
     async def _relay(
         self,
         response: Response,
-        upstream: httpx.Response,
+        upstream: UpstreamReply,
         headers: dict[str, str],
         *,
         drop_usage: bool,
@@ -422,8 +401,8 @@ class _Call:
                 await response.write(buffer)
             await response.end()
             ok = True
-        except httpx.HTTPError as exc:
-            self.error = f"upstream {self.proxy.base}: {_describe(exc)} (mid-stream)"
+        except UpstreamError as exc:
+            self.error = f"upstream {self.proxy.base}: {exc} (mid-stream)"
             response.keep_alive = False  # the client sees the stream cut off
         finally:
             await upstream.aclose()
