@@ -271,9 +271,12 @@ async def _stream(
 
 @contextlib.contextmanager
 def serve_upstream(
-    *, api_key: str | None = None, default: Reply | None = None
+    *, api_key: str | None = None, default: Reply | None = None, tls: Any = None
 ) -> Iterator[Upstream]:
-    """Run an upstream on 127.0.0.1 (a free port) in a thread until the block ends."""
+    """Run an upstream on 127.0.0.1 (a free port) in a thread until the block ends.
+
+    ``tls``: an ``ssl.SSLContext`` to serve HTTPS with.
+    """
     up = Upstream(api_key=api_key, default=default or Reply())
     ready = threading.Event()
     loop = asyncio.new_event_loop()
@@ -281,9 +284,10 @@ def serve_upstream(
 
     async def main() -> None:
         server = await asyncio.start_server(
-            lambda r, w: _serve_connection(up, r, w), "127.0.0.1", 0, backlog=1024
+            lambda r, w: _serve_connection(up, r, w), "127.0.0.1", 0, backlog=1024, ssl=tls
         )
-        up.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        scheme = "https" if tls is not None else "http"
+        up.url = f"{scheme}://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
         ready.set()
         await stop.wait()
         server.close()

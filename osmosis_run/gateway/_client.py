@@ -155,10 +155,16 @@ class UpstreamClient:
         base: the upstream's base URL (``http://host:8000/v1``).
         headers: sent with every request (the provider key).
         connect_timeout_s: how long a new connection may take.
+        tls: the TLS context of an ``https://`` upstream (default: the system's trust store).
     """
 
     def __init__(
-        self, base: str, *, headers: dict[str, str], connect_timeout_s: float = 10.0
+        self,
+        base: str,
+        *,
+        headers: dict[str, str],
+        connect_timeout_s: float = 10.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         parts = urlsplit(base)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -166,7 +172,7 @@ class UpstreamClient:
         self.host = parts.hostname
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.path = parts.path.rstrip("/")
-        self.tls = ssl.create_default_context() if parts.scheme == "https" else None
+        self.tls = (tls or ssl.create_default_context()) if parts.scheme == "https" else None
         netloc = parts.netloc.rpartition("@")[2]
         fixed = {"host": netloc, "user-agent": "osmosis-run-gateway", **headers}
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed.items())
