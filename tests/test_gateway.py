@@ -591,3 +591,20 @@ def test_the_upstream_client_speaks_tls_and_reuses_connections(tmp_path: Path) -
     assert [status for status, _ in answers] == [200] * 3
     assert answers[0][1]["choices"][0]["message"]["content"] == "echo: hello there model"
     assert idle == 1  # one connection, kept alive across the three requests
+
+
+def test_a_client_expecting_100_continue_is_answered(up: Upstream, tmp_path: Path) -> None:
+    import subprocess
+
+    with running(up, tmp_path) as gateway:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "y " * 900}]})
+        started = time.monotonic()
+        done = subprocess.run(
+            ["curl", "-s", "-H", "Expect: 100-continue", "-H", "Content-Type: application/json",
+             "-H", f"Authorization: Bearer {gateway.api_key}", "-d", body,
+             f"{gateway.url_for('r0')}/chat/completions"],
+            capture_output=True, text=True, check=True, timeout=30,
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+    assert json.loads(done.stdout)["usage"]["prompt_tokens"] == 900
+    assert elapsed < 0.9  # curl waits 1 s for a 100 Continue that never comes

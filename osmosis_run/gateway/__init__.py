@@ -6,6 +6,7 @@ When ``eval`` has a model endpoint, it starts a loopback OpenAI-compatible gatew
 per-run key; only the gateway holds the provider key and talks to the upstream.
 
     _http.py       a small HTTP/1.1 server (asyncio streams)
+    _client.py     the lean keep-alive client chat completions go upstream with
     proxy.py       routes, auth, forwarding and SSE relay, retries, usage, records
     pacing.py      the adaptive in-flight limit, rpm/tpm budgets, back-off and Retry-After
     cache.py       the SQLite response cache and its keys
@@ -15,6 +16,6 @@ per-run key; only the gateway holds the provider key and talks to the upstream.
     host.py        the thread it runs on, and its API for the engine
     setup.py       the gateway a run's settings ask for
 
-Heavy imports (httpx) happen only when a gateway starts: ``import osmosis_run`` and ``--help``
-never load this package.
+httpx (the preflight, other paths) is imported only when a gateway starts: ``import
+osmosis_run`` and ``--help`` never load this package.
 """

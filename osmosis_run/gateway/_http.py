@@ -162,7 +162,7 @@ async def _serve(
             await _refuse(writer, 431, "request head too large")
             return
         try:
-            request = await _read_request(head, reader)
+            request = await _read_request(head, reader, writer)
         except _BadRequest as exc:
             await _refuse(writer, exc.status, str(exc))
             return
@@ -173,7 +173,9 @@ async def _serve(
             return
 
 
-async def _read_request(head: bytes, reader: asyncio.StreamReader) -> Request:
+async def _read_request(
+    head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> Request:
     lines = head[:-4].decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -184,6 +186,8 @@ async def _read_request(head: bytes, reader: asyncio.StreamReader) -> Request:
         if not colon:
             raise _BadRequest(400, "malformed header")
         headers[name.strip().lower()] = value.strip()
+    if headers.get("expect", "").lower() == "100-continue":  # curl, for bodies over 1 KiB
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = await _read_chunked(reader)
     else:
