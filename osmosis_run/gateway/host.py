@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import secrets
 import threading
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -134,7 +135,20 @@ class Gateway:
             }
         if self.recorder.failures:
             stats["unrecorded_calls"] = self.recorder.failures
+        cpu = self._cpu_s()
+        if cpu is not None:
+            stats["cpu_s"] = round(cpu, 3)
         return stats
+
+    def _cpu_s(self) -> float | None:
+        """CPU seconds the gateway's thread has used (where the platform can tell)."""
+        thread = self._thread
+        if thread is None or thread.ident is None or not hasattr(time, "pthread_getcpuclockid"):
+            return None
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # the thread has ended
+            return None
 
     # Lifecycle -----------------------------------------------------------------------------
 
