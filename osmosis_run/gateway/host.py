@@ -226,3 +226,4 @@ class Gateway:
         finally:
             await server.close()  # the rollouts' keep-alive connections too
             await proxy.close()
+            self.recorder.close()
