@@ -235,6 +235,9 @@ class Proxy:
         except UpstreamError as exc:
             self.limit.release()
             return _Sent(0, {}, error=f"upstream {self.base}: {exc}")
+        except BaseException:  # cancelled (the gateway is closing): the slot is free again
+            self.limit.release()
+            raise
         headers = reply.headers
         if reply.status_code == 429:
             self.limit.throttled(sent_at)
@@ -404,6 +407,9 @@ class _Call:
         except UpstreamError as exc:
             self.error = f"upstream {self.proxy.base}: {exc} (mid-stream)"
             response.keep_alive = False  # the client sees the stream cut off
+        except ConnectionError:
+            self.error = "the client closed the connection mid-stream"
+            raise
         finally:
             await upstream.aclose()
             self.proxy.done_streaming(ok=ok)
