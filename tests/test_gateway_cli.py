@@ -334,3 +334,13 @@ def test_help_and_import_load_no_http_client() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_step_summary_shows_the_usage(
+    cli: Cli, up: Upstream, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary_file = tmp_path / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_file))
+    assert run(cli, data, up.url).exit_code == 0
+    text = summary_file.read_text()
+    assert "| model calls | 6 (0 retries, 0 rate-limited, 0 failed) |" in text
