@@ -15,6 +15,7 @@ sdk backend, and finished rollouts -> store.
                      a run back
     run/             the engine: settings, components, fingerprint, dataset rows, selection, the
                      scheduler and its execution seam, rollout records, ATIF, validate
+    gateway/         the model gateway: per-rollout URLs, usage, pacing, call records, cache
     backends/        what runs an attempt behind the seam: in-process, and a fake for tests
     reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run

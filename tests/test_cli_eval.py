@@ -572,6 +572,7 @@ def test_the_api_key_is_never_written(cli: Cli, tmp_path: Path) -> None:
     result = cli(
         "eval", str(data), "-w", "eval_flows:Leaky", "--api-key", key,
         "--chat-completions-url", "http://127.0.0.1:9/v1", "--out", "run", "--jsonl",
+        "--no-gateway",
     )  # fmt: skip
     assert result.exit_code == 3
     assert [line.error_message for line in results(tmp_path / "run")] == [

@@ -340,6 +340,7 @@ def test_a_key_with_quotes_and_backslashes_is_redacted_in_every_form(
     result = cli(
         "eval", str(data), "-w", "eval_flows:Leaky", "--api-key", key,
         "--chat-completions-url", "http://127.0.0.1:9/v1", "--out", "run", "--jsonl",
+        "--no-gateway",
     )  # fmt: skip
     assert result.exit_code == 3
     assert [line.error_message for line in results(tmp_path / "run")] == [
@@ -363,7 +364,7 @@ def test_the_key_is_redacted_from_osmosis_runs_log_records(tmp_path: Path) -> No
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(1))
     done = subprocess.run(
         [*EXE, "eval", str(data), "-w", "eval_flows:LoggingLeaky", "--out", "run",
-         "--chat-completions-url", "http://127.0.0.1:9/v1"],
+         "--chat-completions-url", "http://127.0.0.1:9/v1", "--no-gateway"],
         cwd=tmp_path, env=subprocess_env(OSMOSIS_API_KEY=key), capture_output=True, text=True,
         timeout=60, check=False,
     )  # fmt: skip

@@ -17,6 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("results",),
     ("store",),
     ("run",),
+    ("gateway",),
     ("backends",),
     ("reports",),
     ("examples",),

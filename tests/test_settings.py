@@ -713,6 +713,10 @@ FLAT_NAMES = {
         "pass_threshold", "fail_under", "max_error_rate", "group_by", "html", "junit",
         "baseline", "fail_on_regression", "dry_run",
     ],
+    "gateway": [
+        "no_gateway", "model", "token_price", "no_record_calls", "model_retries",
+        "max_model_connections", "rpm", "tpm", "model_cache", "model_cache_mode", "no_preflight",
+    ],
 }  # fmt: skip
 
 

@@ -24,6 +24,7 @@ _SELECT = options.SELECTION
 _RUN = "Execution"
 _OUT = "Output"
 _GATES = "Gates and reports"
+_MODEL = "Model gateway"
 # How a finished run ends (osmosis_run.reports.finish.Ending) -> its exit code.
 _EXIT_OF_ENDING = {
     "ok": exit_codes.OK,
@@ -92,6 +93,85 @@ def eval_command(
     api_key: Annotated[
         str | None,
         _opt("--api-key", help="API key for the endpoint (env OSMOSIS_API_KEY); never written."),
+    ] = None,
+    no_gateway: Annotated[
+        bool | None,
+        _opt(
+            "--no-gateway",
+            help="Hand rollouts the endpoint and key directly (no accounting, pacing, "
+            "recording or cache).",
+            panel=_MODEL,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        _opt("--model", help="Replace the model field of every chat completion.", panel=_MODEL),
+    ] = None,
+    token_price: Annotated[
+        str | None,
+        _opt(
+            "--token-price",
+            help="PROMPT,COMPLETION: USD per million tokens; adds cost to usage.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    no_record_calls: Annotated[
+        bool | None,
+        _opt(
+            "--no-record-calls",
+            help="Do not write rollouts/<id>/model_calls.jsonl.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    model_retries: Annotated[
+        int | None,
+        _opt(
+            "--model-retries",
+            help="Retry a model call on 429, 5xx or a dropped connection up to N times "
+            "(default 5), within the rollout's deadline.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    max_model_connections: Annotated[
+        int | None,
+        _opt(
+            "--max-model-connections",
+            help="Model calls in flight at most (default 256); halved on a burst of 429s, "
+            "then grown back.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    rpm: Annotated[
+        float | None,
+        _opt("--rpm", help="Model requests per minute at most.", panel=_MODEL),
+    ] = None,
+    tpm: Annotated[
+        float | None,
+        _opt("--tpm", help="Model tokens per minute at most.", panel=_MODEL),
+    ] = None,
+    model_cache: Annotated[
+        str | None,
+        _opt(
+            "--model-cache",
+            help="SQLite file of model responses: re-runs replay them (free, offline).",
+            panel=_MODEL,
+        ),
+    ] = None,
+    model_cache_mode: Annotated[
+        str | None,
+        _opt(
+            "--model-cache-mode",
+            help="read-write (default), read-only (a miss fails the rollout), or refresh.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    no_preflight: Annotated[
+        bool | None,
+        _opt(
+            "--no-preflight",
+            help="Skip the one request that checks the endpoint before any rollout.",
+            panel=_MODEL,
+        ),
     ] = None,
     out: Annotated[
         str | None,
@@ -207,18 +287,37 @@ def _run(settings: EvalSettings, results: BinaryIO | None, *, quiet: bool = Fals
     """Prepare and run; an infrastructure error that escapes the run is still one line."""
     from osmosis_run.backends import executor_for
     from osmosis_run.cli import render
-    from osmosis_run.errors import InfrastructureError, OsmosisRunError
+    from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.gateway.setup import gateway_for
     from osmosis_run.run.plan import prepare
-    from osmosis_run.run.scheduler import Scheduler, run_to_completion
+    from osmosis_run.run.scheduler import Scheduler
 
+    gateway = None
     try:
         reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results, quiet=quiet)
         plan = prepare(settings)
-        runner = Scheduler.open(plan, executor_for(plan), reporter=reporter)
+        gateway = gateway_for(settings, plan.run_dir)
+        runner = Scheduler.open(plan, executor_for(plan), reporter=reporter, gateway=gateway)
         reporter.on_stdout_closed = runner.stop
+        reporter.gateway = gateway
     except OsmosisRunError as exc:
+        if gateway is not None:
+            gateway.close()
         render.print_error(exc)
         return exit_codes.USAGE
+    try:
+        return _run_opened(settings, runner, reporter)
+    finally:
+        if gateway is not None:
+            gateway.close()
+
+
+def _run_opened(settings: EvalSettings, runner: Scheduler, reporter: Any) -> int:
+    """Run an opened scheduler; render its ending."""
+    from osmosis_run.cli import render
+    from osmosis_run.errors import InfrastructureError, OsmosisRunError
+    from osmosis_run.run.scheduler import run_to_completion
+
     failure: InfrastructureError | None = None
     unready: OsmosisRunError | None = None
     try:

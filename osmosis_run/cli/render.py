@@ -163,6 +163,7 @@ class Reporter:
         self._closed = threading.Event()
         self.on_stdout_closed: Callable[[], None] | None = None
         self._task: Any = None
+        self.gateway: Any = None  # the model gateway (its live figures), when the run has one
 
     def started(
         self, *, run_dir: Path, planned: int | None, done: int, kept_failures: int = 0
@@ -256,7 +257,8 @@ class Reporter:
         text.append("errors ")
         text.append(str(self.errors), style="bold red" if self.errors else "green")
         mean = f"{self.reward_sum / self.rewarded:.3f}" if self.rewarded else "-"
-        text.append(f", mean reward {mean}, elapsed {_duration(elapsed)}")
+        text.append(f", mean reward {mean}{self._model_figures(', ')}")
+        text.append(f", elapsed {_duration(elapsed)}")
         return text
 
     def already_done(self, raw: bytes) -> None:
@@ -305,7 +307,17 @@ class Reporter:
 
     def _stats(self) -> str:
         mean = f"{self.reward_sum / self.rewarded:.3f}" if self.rewarded else "-"
-        return f"mean reward {mean}  errors {self.errors}"
+        return f"mean reward {mean}  errors {self.errors}{self._model_figures('  ')}"
+
+    def _model_figures(self, sep: str) -> str:
+        """The gateway's live figures (calls in flight, tokens/s, 429s), when the run has one."""
+        if self.gateway is None:
+            return ""
+        live = self.gateway.live
+        return (
+            f"{sep}model calls in flight {live.in_flight}{sep}"
+            f"{live.tokens_per_s():.0f} tok/s{sep}429s {live.rate_limited}"
+        )
 
     def stopping(self) -> None:
         """The first Ctrl-C arrived."""
@@ -451,6 +463,10 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
     if s.wall_s is not None:
         rate = f"{s.throughput_per_s:.1f}/s" if s.throughput_per_s else "-"
         rows.append(("wall", f"{s.wall_s:.2f}s  ({rate})"))
+    if s.model is not None:
+        from osmosis_run.results.records import model_rows
+
+        rows.extend(model_rows(s.model))
     for key, group in s.groups.items():
         rows.append(
             (

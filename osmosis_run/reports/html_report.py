@@ -62,7 +62,13 @@ from osmosis_run.results import outcome
 from osmosis_run.results.compare import Comparison, Delta, compare_runs
 from osmosis_run.results.records import STATUSES, ResultLine
 from osmosis_run.results.rundata import RunData
-from osmosis_run.store.layout import ARTIFACTS, RESULT_JSON, ROLLOUTS, TRAJECTORY_JSON
+from osmosis_run.store.layout import (
+    ARTIFACTS,
+    MODEL_CALLS,
+    RESULT_JSON,
+    ROLLOUTS,
+    TRAJECTORY_JSON,
+)
 from osmosis_run.store.rundata import load_run
 
 __all__ = [
@@ -80,6 +86,11 @@ MAX_MESSAGES = 120
 KEEP_FIRST_MESSAGES = 20
 TRANSCRIPT_BUDGET_CHARS = 8_000_000
 MAX_FIELD_CHARS = 2_000
+# "What the model saw": at most this many calls per rollout are embedded, each request's last
+# messages only, and no more than MODEL_CALLS_BUDGET_CHARS of them in the whole page.
+MAX_MODEL_CALLS = 20
+CALL_MESSAGES = 6
+MODEL_CALLS_BUDGET_CHARS = 3_000_000
 MAX_TRACEBACK_CHARS = 8_000
 MAX_ARTIFACTS = 50
 METRIC_KEYS = 12
@@ -312,10 +323,15 @@ class _Rollout:
 def _rollouts(run: RunData, threshold: float) -> list[_Rollout]:
     lines = sorted(run.lines, key=lambda line: (line.row_index, line.sample_index, line.rollout_id))
     rollouts = os.path.join(run.run_dir, ROLLOUTS)
-    return [_rollout(line, threshold, os.path.join(rollouts, line.rollout_id)) for line in lines]
+    budget = [MODEL_CALLS_BUDGET_CHARS]
+    return [
+        _rollout(line, threshold, os.path.join(rollouts, line.rollout_id), budget) for line in lines
+    ]
 
 
-def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
+def _rollout(
+    line: ResultLine, threshold: float, where: str, calls_budget: list[int] | None = None
+) -> _Rollout:
     passed = outcome.passed(line.status, line.reward, threshold)
     row: dict[str, Any] = {
         "i": line.rollout_id,
@@ -336,11 +352,13 @@ def _rollout(line: ResultLine, threshold: float, where: str) -> _Rollout:
         "lb": _clip(line.label, MAX_FIELD_CHARS),
         "md": _clip_json(line.metadata),
         "m": _clip_json(line.metrics or None),
-        "u": _usage(getattr(line, "usage", None)),
+        "u": _usage(line.usage),
     }
     row.update({key: value for key, value in optional.items() if value is not None})
     row["o"] = _outcome(row)
     row.update(_files(where))
+    if "c" in row.get("f", ""):
+        row.update(_model_calls(os.path.join(where, MODEL_CALLS), calls_budget or [0]))
     messages = line.messages
     if outcome.is_error(line.status) or line.error_message is not None:
         details = _error_details(os.path.join(where, RESULT_JSON))
@@ -385,6 +403,8 @@ _USAGE_KEYS = {
     "completion_tokens": "ct",
     "total_tokens": "tt",
     "retries": "rt",
+    "rate_limited": "rl",
+    "errors": "er",
     "model_wait_ms": "w",
     "cost": "$",
 }
@@ -493,6 +513,7 @@ def _files(where: str) -> dict[str, Any]:
     except OSError:
         return {}
     flags = ("r" if RESULT_JSON in names else "") + ("t" if TRAJECTORY_JSON in names else "")
+    flags += "c" if MODEL_CALLS in names else ""
     found: dict[str, Any] = {"f": flags}
     if ARTIFACTS in names:
         artifacts = _artifacts(os.path.join(where, ARTIFACTS))
@@ -903,3 +924,79 @@ def _delta_histogram(deltas: list[float]) -> dict[str, Any] | None:
     for d in deltas:
         counts[min(bins - 1, max(0, int((d - low) / width)))] += 1
     return {"edges": [low + width * i for i in range(bins + 1)], "counts": counts}
+
+
+# -- what the model saw (the gateway's rollouts/<id>/model_calls.jsonl) -------------------------
+
+
+def _model_calls(path: str, budget: list[int]) -> dict[str, Any]:
+    """A rollout's model calls in the page's short form: ``mc``, and ``mcn`` when some are left out.
+
+    Each call: number, status, milliseconds, attempts, cached, streamed, model, the request's
+    last messages (``q``, with ``qn`` the request's message count), the answer (``o``), usage,
+    error. ``budget`` (characters left for the whole page) is spent as calls are taken.
+    """
+    calls: list[dict[str, Any]] = []
+    total = 0
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                total += 1
+                if len(calls) >= MAX_MODEL_CALLS or budget[0] <= 0:
+                    continue
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    call = _model_call(record)
+                    budget[0] -= _size(call)
+                    calls.append(call)
+    except OSError:
+        return {}
+    found: dict[str, Any] = {"mc": calls}
+    if total > len(calls):
+        found["mcn"] = total
+    return found
+
+
+def _model_call(record: dict[str, Any]) -> dict[str, Any]:
+    request = record.get("request") if isinstance(record.get("request"), dict) else {}
+    assert isinstance(request, dict)
+    messages = request.get("messages") if isinstance(request.get("messages"), list) else []
+    assert isinstance(messages, list)
+    call: dict[str, Any] = {
+        "n": record.get("call"),
+        "st": record.get("status"),
+        "ms": _finite(record.get("ms")) if isinstance(record.get("ms"), int | float) else None,
+        "a": record.get("attempt"),
+        "ca": bool(record.get("cached")),
+        "sm": bool(record.get("stream")),
+        "md": _clip(str(record.get("model") or ""), 200),
+        "qn": len(messages),
+        "q": _transcript(messages[-CALL_MESSAGES:])[0],
+    }
+    if request.get("truncated"):
+        call["qx"] = request.get("bytes")
+    response = record.get("response")
+    if isinstance(response, dict):
+        choices = response.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            if isinstance(message, dict):
+                call["o"] = _message(message)
+        elif response.get("truncated"):
+            call["ox"] = response.get("bytes")
+    if isinstance(record.get("usage"), dict):
+        call["u"] = {k: v for k, v in record["usage"].items() if isinstance(v, int)}
+    if record.get("error"):
+        call["e"] = _clip(str(record["error"]), MAX_FIELD_CHARS)
+    if isinstance(record.get("previous_attempts"), list):
+        call["pa"] = [_attempt_text(a) for a in record["previous_attempts"] if isinstance(a, dict)]
+    return call
+
+
+def _attempt_text(attempt: dict[str, Any]) -> str:
+    status = attempt.get("status") or "no answer"
+    error = attempt.get("error") or ""
+    return _clip(f"attempt {attempt.get('attempt')}: {status} {error}".strip(), 300) or ""

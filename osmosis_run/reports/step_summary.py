@@ -10,7 +10,7 @@ from pathlib import Path
 from osmosis_run.errors import ConfigError
 from osmosis_run.results import outcome
 from osmosis_run.results.gates import Verdict
-from osmosis_run.results.records import Distribution, Summary, count_rows
+from osmosis_run.results.records import Distribution, Summary, count_rows, model_rows
 from osmosis_run.results.words import plural
 
 __all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "markdown_summary"]
@@ -110,6 +110,8 @@ def _rows(s: Summary) -> list[tuple[str, str]]:
             rows.append((f"{name} p50 / p90 / p99", _latency(latency)))
     if s.wall_s is not None:
         rows.append(("wall time", f"{s.wall_s:.2f}s"))
+    if s.model is not None:
+        rows.extend(model_rows(s.model))
     for key, group in s.groups.items():
         rows.append(
             (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from osmosis_run.results import outcome
 from osmosis_run.results.records import (
@@ -18,6 +19,8 @@ from osmosis_run.results.records import (
     ErrorExample,
     GroupSummary,
     KPoint,
+    ModelSummary,
+    ModelUsage,
     ResultLine,
     Summary,
 )
@@ -120,6 +123,55 @@ class _Group:
         )
 
 
+class _UsageTotals:
+    """The model usage of the rollouts that went through the gateway, summed."""
+
+    _SUMMED = (
+        "requests",
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "retries",
+        "rate_limited",
+        "errors",
+    )
+
+    def __init__(self) -> None:
+        self.rollouts = 0
+        self.sums: Counter[str] = Counter()
+        self.wait_ms = 0.0
+        self.cost: float | None = None
+        self.tokens = _Sketch(6)
+        self.requests = _Sketch(6)
+        self.waits = _Sketch(4)
+
+    def add(self, usage: ModelUsage | dict[str, Any]) -> None:
+        if isinstance(usage, dict):  # a line read back without validation
+            usage = ModelUsage.model_validate(usage)
+        self.rollouts += 1
+        for key in self._SUMMED:
+            self.sums[key] += getattr(usage, key)
+        self.wait_ms += usage.model_wait_ms
+        if usage.cost is not None:
+            self.cost = (self.cost or 0.0) + usage.cost
+        self.tokens.add(usage.total_tokens)
+        self.requests.add(usage.requests)
+        self.waits.add(usage.model_wait_ms)
+
+    def summary(self) -> ModelSummary | None:
+        if not self.rollouts:
+            return None
+        return ModelSummary(
+            rollouts=self.rollouts,
+            **{key: self.sums[key] for key in self._SUMMED},
+            model_wait_ms=round(self.wait_ms, 3),
+            cost=self.cost,
+            tokens_per_rollout=self.tokens.distribution(),
+            requests_per_rollout=self.requests.distribution(),
+            wait_ms_per_rollout=self.waits.distribution(),
+        )
+
+
 class MetricsAccumulator:
     """Fold ``ResultLine`` objects into a ``Summary``.
 
@@ -144,10 +196,13 @@ class MetricsAccumulator:
         self.per_row: dict[str, list[int]] = {}
         self.groups: dict[str, _Group] = {}
         self.first_errors: list[ErrorExample] = []
+        self.usage = _UsageTotals()
 
     def add(self, line: ResultLine) -> None:
         """Count one finished rollout."""
         self.counts[line.status] += 1
+        if line.usage is not None:
+            self.usage.add(line.usage)
         is_error = outcome.is_error(line.status)
         if is_error:
             self._add_error(line)
@@ -232,6 +287,7 @@ class MetricsAccumulator:
             group_by=self.group_by,
             groups={key: group.summary() for key, group in sorted(self.groups.items())},
             first_errors=list(self.first_errors),
+            model=self.usage.summary(),
         )
 
     def _k_curves(self) -> tuple[list[KPoint], list[KPoint]]:

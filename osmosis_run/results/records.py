@@ -20,10 +20,13 @@ __all__ = [
     "ErrorExample",
     "GroupSummary",
     "KPoint",
+    "ModelSummary",
+    "ModelUsage",
     "ResultLine",
     "RolloutState",
     "Summary",
     "count_rows",
+    "model_rows",
 ]
 
 RolloutState = Literal["success", "ungraded", "failure", "timeout", "invalid", "removed"]
@@ -37,6 +40,26 @@ STATUSES: tuple[RolloutState, ...] = (
 )
 # ERROR_STATUSES (the statuses that count against --max-error-rate) is the outcome rule's,
 # re-exported here beside the statuses themselves.
+
+
+class ModelUsage(BaseModel):
+    """What one rollout's model calls through the gateway used (a results line's ``usage``).
+
+    ``requests`` counts the calls the workflow made (a call retried after a 429 is one call);
+    ``retries`` the extra upstream attempts; ``rate_limited`` the 429s among them;
+    ``model_wait_ms`` the time the workflow spent waiting on the gateway (pacing included);
+    ``cost`` is set with ``--token-price``.
+    """
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    errors: int = 0
+    model_wait_ms: float = 0.0
+    cost: float | None = None
 
 
 class ResultLine(BaseModel):
@@ -65,6 +88,8 @@ class ResultLine(BaseModel):
     finished_at: float | None = None
     row_hash: str | None = None
     """A hash of the row's line as read: a resume refuses a row that changed since."""
+    usage: ModelUsage | None = None
+    """The rollout's model calls through the gateway (None without the gateway)."""
 
 
 class Distribution(BaseModel):
@@ -106,6 +131,29 @@ class GroupSummary(BaseModel):
     pass_rate: float | None
 
 
+class ModelSummary(BaseModel):
+    """The model calls of a run: totals over its rollouts and per-rollout distributions.
+
+    ``gateway`` holds what this invocation's gateway saw (cache hits, the in-flight limit's
+    lowest and final values); it is not summed over resumed invocations.
+    """
+
+    rollouts: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    retries: int = 0
+    rate_limited: int = 0
+    errors: int = 0
+    model_wait_ms: float = 0.0
+    cost: float | None = None
+    tokens_per_rollout: Distribution = Field(default_factory=Distribution)
+    requests_per_rollout: Distribution = Field(default_factory=Distribution)
+    wait_ms_per_rollout: Distribution = Field(default_factory=Distribution)
+    gateway: dict[str, Any] | None = None
+
+
 class Summary(BaseModel):
     """The metrics of a run, as written to ``summary.json``."""
 
@@ -132,6 +180,7 @@ class Summary(BaseModel):
     group_by: str | None = None
     groups: dict[str, GroupSummary] = Field(default_factory=dict)
     first_errors: list[ErrorExample] = Field(default_factory=list)
+    model: ModelSummary | None = None
 
 
 def count_rows(s: Summary) -> list[tuple[str, str]]:
@@ -142,3 +191,35 @@ def count_rows(s: Summary) -> list[tuple[str, str]]:
     if s.error_categories:
         rows.append(("errors", ", ".join(f"{n} {c}" for c, n in s.error_categories.items())))
     return rows
+
+
+def model_rows(m: ModelSummary) -> list[tuple[str, str]]:
+    """The labelled lines of a run's model usage, for every rendering of a summary."""
+    t, w = m.tokens_per_rollout, m.wait_ms_per_rollout
+    cost = f"  cost ${m.cost:.4f}" if m.cost is not None else ""
+    rows = [
+        (
+            "model calls",
+            f"{m.requests} ({m.retries} retries, {m.rate_limited} rate-limited, "
+            f"{m.errors} failed){cost}",
+        ),
+        (
+            "tokens",
+            f"{m.total_tokens} ({m.prompt_tokens} prompt + {m.completion_tokens} completion)  "
+            f"per rollout mean {_number(t.mean)} p50 {_number(t.p50)} p99 {_number(t.p99)}",
+        ),
+        (
+            "model wait ms",
+            f"per rollout mean {_number(w.mean)} p50 {_number(w.p50)} p99 {_number(w.p99)}",
+        ),
+    ]
+    gateway = m.gateway or {}
+    if gateway.get("cache_hits"):
+        rows.append(
+            ("model cache", f"{gateway['cache_hits']} of {gateway['calls']} calls replayed")
+        )
+    return rows
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

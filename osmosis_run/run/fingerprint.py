@@ -2,7 +2,8 @@
 
 The fingerprint holds the dataset's content hash (``stdin`` or ``stream`` for a stream, which is
 read once and never hashed), the workflow and grader paths and a hash of the source of the
-modules that define them, the configs, the samples and the selection. The default run directory
+modules that define them, the configs, the samples and the selection (and ``--model`` when the
+gateway rewrites the model). The default run directory
 is named from the dataset and a hash of the fingerprint, so the same command finds the same run
 again, and a changed input gets a directory of its own.
 """
@@ -42,7 +43,7 @@ def build_fingerprint(
 ) -> dict[str, Any]:
     """The inputs that decide a run's results, as plain JSON values."""
     s = settings
-    return {
+    fingerprint = {
         "dataset": _dataset_entry(s.run.dataset or "-"),
         "workflow": s.run.workflow,
         "workflow_source": source_hash(workflow),
@@ -53,6 +54,9 @@ def build_fingerprint(
         "samples": s.run.samples,
         "selection": json.loads(selection.model_dump_json()),
     }
+    if s.gateway.model is not None:  # --model: another model's answers are another run
+        fingerprint["model"] = s.gateway.model
+    return fingerprint
 
 
 def _dataset_entry(dataset: str) -> str:

@@ -188,6 +188,8 @@ def result_document(
         "request": dict(request.__dict__) if request is not None else None,
         "timings": {**(timings or {}), "finished_at": line.finished_at},
     }
+    if line.usage is not None:
+        doc["usage"] = line.usage
     if line.error_message is not None:
         doc["error"] = {"category": line.error_category, "message": line.error_message}
     if outcome is not None:

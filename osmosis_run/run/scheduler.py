@@ -69,6 +69,7 @@ from osmosis_run.run.seam import (
     AttemptLost,
     AttemptResult,
     Executor,
+    ModelGateway,
 )
 from osmosis_run.run.selection import select
 from osmosis_run.run.settings import settings_to_toml
@@ -479,6 +480,7 @@ class Scheduler:
         abandon_grace_s: past its deadline, how long a rollout gets to honour its cancellation.
         sleep: how retries wait (tests pass a fake clock).
         rng: the jitter of retry back-off.
+        gateway: the model gateway between the rollouts and the model (None: direct).
     """
 
     def __init__(
@@ -494,8 +496,10 @@ class Scheduler:
         abandon_grace_s: float = ABANDON_GRACE_S,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        gateway: ModelGateway | None = None,
     ) -> None:
         self.plan = plan
+        self.gateway = gateway
         self.settings = plan.settings
         self.executor = executor
         self.store = store
@@ -519,6 +523,8 @@ class Scheduler:
             chat_completions_url=self.settings.execution.chat_completions_url or "",
             api_key=self.settings.execution.api_key_value(),
         )
+        if gateway is not None:  # the rollouts talk to the gateway, with the run's own key
+            self._endpoint.api_key = gateway.api_key
         self._running: dict[str, float] = {}  # rollout id -> when it started: O(concurrency)
         self._metrics = MetricsAccumulator(
             pass_threshold=self.settings.after.pass_threshold,
@@ -743,6 +749,8 @@ class Scheduler:
         summary = self._metrics.summary(planned=self.planned, wall_s=wall, interrupted=interrupted)
         ran = summary.rollouts - self._resumed
         summary.throughput_per_s = ran / wall if wall and ran else None
+        if self.gateway is not None and summary.model is not None:
+            summary.model.gateway = self.gateway.stats()
         return summary
 
     async def _execute(self) -> None:
@@ -953,10 +961,13 @@ class Scheduler:
         threshold = self.settings.after.pass_threshold
         messages = not self.settings.output.no_messages
         try:
+            gateway = self.gateway
             for job, request, outcome, timings, attempts in finished:
                 line = result_line(
                     job, outcome, timings, attempts, pass_threshold=threshold, messages=messages
                 )
+                if gateway is not None:
+                    line.usage = gateway.take_usage(job.rollout_id)
                 self._record(job, line, result=outcome, request=request, timings=timings)
             self._report_handed()
         except Exception as exc:  # a bug: stop, and raise it from run() with its traceback
@@ -980,6 +991,12 @@ class Scheduler:
         attempt = lost = 0
         while True:
             attempt += 1
+            if self.gateway is not None:
+                self.gateway.open_rollout(
+                    job.rollout_id,
+                    sample_index=job.sample_index,
+                    timeout_s=self.settings.execution.agent_timeout,
+                )
             try:
                 result = await self.executor.run(
                     Attempt(request, attempt, self._context(job)), self
@@ -1012,7 +1029,10 @@ class Scheduler:
 
     def _context(self, job: Job) -> RolloutContext:
         """The ambient context of one rollout: its id, the model endpoint, its seed."""
-        return self._endpoint.derive(job.rollout_id, seed=job.seed)
+        context = self._endpoint.derive(job.rollout_id, seed=job.seed)
+        if self.gateway is not None:
+            context.chat_completions_url = self.gateway.url_for(job.rollout_id)
+        return context
 
     def _request(self, job: Job) -> ExecutionRequest:
         row, s = job.row, self.settings

@@ -52,6 +52,7 @@ from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from osmosis_run.results.records import ModelUsage
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
 
@@ -63,6 +64,7 @@ __all__ = [
     "AttemptResult",
     "Deadlines",
     "Executor",
+    "ModelGateway",
 ]
 
 T = TypeVar("T")
@@ -171,4 +173,35 @@ class Executor(Protocol):
 
     async def close(self) -> None:
         """Release what the executor holds."""
+        ...
+
+
+class ModelGateway(Protocol):
+    """What the engine asks of the model gateway (``osmosis_run.gateway``), when a run has one.
+
+    The engine gives each rollout ``url_for(rollout_id)`` and ``api_key`` in its
+    ``RolloutContext``, opens the rollout's account as each attempt starts (so that the
+    gateway's retries stay within the attempt's deadline), and takes its usage into the
+    results line when the rollout is recorded.
+    """
+
+    @property
+    def api_key(self) -> str:
+        """The run's own key, which rollouts send to the gateway."""
+        ...
+
+    def url_for(self, rollout_id: str) -> str:
+        """The rollout's ``chat_completions_url``."""
+        ...
+
+    def open_rollout(self, rollout_id: str, *, sample_index: int, timeout_s: float | None) -> None:
+        """An attempt of the rollout starts now; it may run ``timeout_s`` (None: no deadline)."""
+        ...
+
+    def take_usage(self, rollout_id: str) -> ModelUsage:
+        """What the rollout's model calls used (its account is closed)."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """What the gateway saw in this invocation (for summary.json)."""
         ...

@@ -62,6 +62,7 @@ __all__ = [
     "Concurrency",
     "EvalSettings",
     "Execution",
+    "GatewayOptions",
     "Output",
     "RunSpec",
     "Gate",
@@ -233,11 +234,49 @@ class AfterRun(_Group):
         return value
 
 
+class GatewayOptions(_Group):
+    """The model gateway: whether it runs, what it rewrites, how it paces, records and caches."""
+
+    no_gateway: bool = False
+    model: str | None = None
+    token_price: tuple[float, float] | None = None
+    no_record_calls: bool = False
+    model_retries: int = Field(5, ge=0)
+    max_model_connections: int = Field(256, ge=1)
+    rpm: float | None = Field(None, gt=0)
+    tpm: float | None = Field(None, gt=0)
+    model_cache: str | None = None
+    model_cache_mode: Literal["read-write", "read-only", "refresh"] = "read-write"
+    no_preflight: bool = False
+
+    @field_validator("token_price", mode="before")
+    @classmethod
+    def _price_pair(cls, value: Any) -> Any:
+        if isinstance(value, str):  # --token-price 2.5,10
+            parts = [part.strip() for part in value.split(",")]
+            try:
+                prices = [float(part) for part in parts]
+            except ValueError:
+                prices = []
+            if len(prices) != 2 or not all(math.isfinite(p) and p >= 0 for p in prices):
+                raise ValueError(
+                    "expected PROMPT,COMPLETION: two prices in USD per million tokens, "
+                    "such as 2.5,10"
+                )
+            return tuple(prices)
+        return value
+
+    @field_serializer("token_price")
+    def _price_text(self, price: tuple[float, float] | None) -> str | None:
+        return None if price is None else f"{price[0]:g},{price[1]:g}"
+
+
 _GROUPS: dict[str, type[_Group]] = {
     "run": RunSpec,
     "execution": Execution,
     "output": Output,
     "after": AfterRun,
+    "gateway": GatewayOptions,
 }
 # Every option's flat name (CLI, OSMOSIS_RUN_*, config-file key) -> the group that holds it.
 GROUP_OF = {key: group for group, model in _GROUPS.items() for key in model.model_fields}
@@ -255,6 +294,7 @@ class EvalSettings(BaseModel):
         execution: how its rollouts execute.
         output: where it writes and how it resumes.
         after: how it is judged and reported once the rollouts are done.
+        gateway: the model gateway between the rollouts and the model endpoint.
     """
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
@@ -263,6 +303,7 @@ class EvalSettings(BaseModel):
     execution: Execution = Field(default_factory=Execution)
     output: Output = Field(default_factory=Output)
     after: AfterRun = Field(default_factory=AfterRun)
+    gateway: GatewayOptions = Field(default_factory=GatewayOptions)
 
     def __init__(self, **data: Any) -> None:
         """Build from flat keys (``EvalSettings(samples=2)``) or groups, as ``model_validate``."""
@@ -319,7 +360,7 @@ _TABLES = {
     "workflow_config": "workflow_config_overrides",
     "grader_config": "grader_config_overrides",
 }
-_PATH_KEYS = ("dataset", "out", "runs_dir", "html", "junit", "baseline")
+_PATH_KEYS = ("dataset", "out", "runs_dir", "html", "junit", "baseline", "model_cache")
 _NOT_FROM_FILE = ("api_key", *_TABLES.values())
 
 

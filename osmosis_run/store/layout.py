@@ -4,7 +4,8 @@
     fingerprint.json    what the run was made from; a resume with other inputs is refused
     results.jsonl       one results line per finished rollout, appended as it finishes
     summary.json        the metrics, written at the end and on interrupt
-    rollouts/<id>/      artifacts/, trajectory.json (ATIF v1.7), result.json
+    rollouts/<id>/      artifacts/, trajectory.json (ATIF v1.7), result.json,
+                        model_calls.jsonl (every model call through the gateway)
 
 The writer process (``_writer_child.py``) runs with the standard library only and cannot import
 this module: it gets the names it needs as command-line arguments (``writer.child_command``).
@@ -20,6 +21,7 @@ from osmosis_run.sdk.backend import ARTIFACTS
 __all__ = [
     "ARTIFACTS",
     "FINGERPRINT",
+    "MODEL_CALLS",
     "RESULTS",
     "RESULT_JSON",
     "ROLLOUTS",
@@ -36,6 +38,7 @@ SUMMARY = "summary.json"
 ROLLOUTS = "rollouts"
 RESULT_JSON = "result.json"
 TRAJECTORY_JSON = "trajectory.json"
+MODEL_CALLS = "model_calls.jsonl"
 
 
 def rollout_dir(run_dir: Path, rollout_id: str) -> Path:

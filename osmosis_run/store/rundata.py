@@ -49,6 +49,8 @@ def load_run(
         summary.interrupted = stored.interrupted
         summary.wall_s = stored.wall_s
         summary.throughput_per_s = stored.throughput_per_s
+        if stored.model is not None and summary.model is not None:  # what the gateway saw
+            summary.model.gateway = stored.model.gateway
     # Without summary.json the run is still going, or was killed: not complete either way.
     stopped = stored is None or stored.interrupted
     summary.complete = outcome.is_complete(summary.rollouts, summary.planned, stopped)

@@ -1,4 +1,5 @@
-"""Benchmarks of osmosis-run: workloads W1..W6 of bench/README.md (not collected by pytest).
+"""Benchmarks of osmosis-run: workloads W1..W6 of bench/README.md, and the model gateway's W11,
+W11b and W12 (tests/perf/gateway.py); not collected by pytest.
 
 Run them from the repository root (about 5 minutes on a 2-core machine):
 
@@ -6,6 +7,7 @@ Run them from the repository root (about 5 minutes on a 2-core machine):
     python -m tests.perf --only W1,W3 --scale 0.1 # a quick smoke on a tenth of the rows
     python -m tests.perf --strict                 # exit 1 when a target does not hold
     python -m tests.perf.profile_w1               # W1 in-process under cProfile
+    python -m tests.perf.gateway                  # the model gateway's W11, W11b, W12 alone
 
 Each workload runs ``osmosis-run`` as a whole process (startup included) over datasets and
 workflows built in a temporary directory, next to the I/O floor (``bench/floor.py``, found at

@@ -18,11 +18,13 @@ from .settle import QUIET_S, probe, quiet_for
 from .workloads import Bench, Line, log
 from .workspace import HarnessError, Workspace, find_floor, osmosis_run_command
 
-ALL = ("W1", "W1-ram", "W2", "W3", "W4", "W5", "W6")
+ALL = ("W1", "W1-ram", "W2", "W3", "W4", "W5", "W6", "W11", "W11b", "W12")
+# The model gateway's workloads (tests/perf/gateway.py): run last, by their own module.
+GATEWAY = ("W11", "W11b", "W12")
 # The order they run in. W6 is a ratio to W1's wall, so it runs right after W1, before anything
 # else changes the machine; the start-up figures (W5) come before W4 fills 1.7 GB of RAM.
 # W1-ram writes to RAM only, so where it runs does not matter to the disk's figures.
-ORDER = ("W1", "W6", "W1-ram", "W2", "W3", "W5", "W4")
+ORDER = ("W1", "W6", "W1-ram", "W2", "W3", "W5", "W4", "W11", "W11b", "W12")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -109,10 +111,17 @@ def main(argv: list[str] | None = None) -> int:
         disk_us = probe(ws.root / "probe")
         log(f"disk probe: {disk_us:.0f} us per floor-like rollout (75-100 when settled here)")
         for workload in _plan(args.chosen):
+            if workload in GATEWAY:
+                continue
             line = _run_one(bench, workload)
             line["disk_probe_us"] = round(disk_us, 1)
             held = held and bool(line["holds"])
             print(json.dumps(line), flush=True)
+        gateway = [w for w in _plan(args.chosen) if w in GATEWAY]
+        if gateway:
+            from .gateway import main as gateway_main
+
+            gateway_main(["--only", ",".join(gateway), "--scale", str(args.scale)])
     finally:
         ws.close()
     log(f"all done in {time.perf_counter() - started:.1f}s")

@@ -554,6 +554,8 @@
   function usageText(u) {
     const parts = [`${int(u.tt)} (${int(u.pt)} prompt + ${int(u.ct)} completion)`, `${int(u.rq)} request${u.rq === 1 ? "" : "s"}`];
     if (u.rt) parts.push(`${int(u.rt)} retr${u.rt === 1 ? "y" : "ies"}`);
+    if (u.rl) parts.push(`${int(u.rl)} rate-limited`);
+    if (u.er) parts.push(`${int(u.er)} failed`);
     if (isNum(u.w) && u.w > 0) parts.push(`waited ${ms(u.w)}`);
     return parts.join(" · ");
   }
@@ -625,6 +627,7 @@
     const items = [];
     if (row.f && row.f.includes("r")) items.push(["result.json", null]);
     if (row.f && row.f.includes("t")) items.push(["trajectory.json", null]);
+    if (row.f && row.f.includes("c")) items.push(["model_calls.jsonl", null]);
     for (const [path, size] of row.af || []) items.push(["artifacts/" + path, size]);
     if (!items.length) return null;
     return el("div", { class: "block" }, el("h3", { text: "Files" }),
@@ -633,6 +636,31 @@
         el("span", { class: "size", text: bytes(size) })))),
       row.afn ? el("p", { class: "muted", text: `${int(row.afn)} artifact files; the first ${row.af.length} are listed.` }) : null,
       el("p", { class: "muted links-note", text: linksNote(run) }));
+  }
+
+  // What the model saw: each call the rollout made through the gateway (model_calls.jsonl).
+  function modelCallsBlock(row) {
+    if (!row.mc && !row.u) return null;
+    const block = el("div", { class: "block model-calls" }, el("h3", { text: "What the model saw" + (row.mc ? ` · ${int(row.mcn || row.mc.length)} call${(row.mcn || row.mc.length) === 1 ? "" : "s"}` : "") }));
+    if (row.u) block.appendChild(el("p", { class: "sub usage", text: usageText(row.u) }));
+    for (const call of row.mc || []) {
+      const head = [`call ${call.n}`, call.st === 200 ? "200" : `status ${call.st}`, ms(call.ms)];
+      if (call.a > 1) head.push(`${int(call.a)} attempts`);
+      if (call.ca) head.push("from the cache");
+      if (call.sm) head.push("streamed");
+      if (call.md) head.push(call.md);
+      if (call.u && isNum(call.u.total_tokens)) head.push(`${int(call.u.total_tokens)} tokens`);
+      const body = el("div", { class: "transcript" });
+      if (call.qn > call.q.length) body.appendChild(el("div", { class: "gap", text: `… the request's first ${int(call.qn - call.q.length)} messages not shown …` }));
+      if (call.qx) body.appendChild(el("div", { class: "gap", text: `the request was ${int(call.qx)} bytes: recorded cut` }));
+      for (const m of call.q) body.appendChild(messageNode(m, new Map()));
+      if (call.o) body.appendChild(messageNode(call.o, new Map()));
+      if (call.e) body.appendChild(el("div", { class: "error-box" }, el("div", { class: "msg-text", text: call.e })));
+      for (const line of call.pa || []) body.appendChild(el("div", { class: "extra", text: line }));
+      block.appendChild(el("details", { class: "model-call", "data-call": String(call.n) }, el("summary", { text: head.join(" · ") }), body));
+    }
+    if (row.mcn) block.appendChild(el("p", { class: "muted", text: `${int(row.mcn)} calls; the first ${row.mc.length} are shown (all are in model_calls.jsonl).` }));
+    return block;
   }
 
   function keyValues(value) {
@@ -672,6 +700,8 @@
     }
     if (row.lb !== undefined && !shortLabel) into.appendChild(el("div", { class: "block" }, el("h3", { text: "Label" }), el("pre", { class: "code wrap-lines", text: row.lb })));
     into.appendChild(transcriptBlock(row, run));
+    const calls = modelCallsBlock(row);
+    if (calls) into.appendChild(calls);
     const files = filesBlock(row, run);
     if (files) into.appendChild(files);
     if (row.m !== undefined || row.md !== undefined) {
@@ -768,6 +798,21 @@
       parts.push(card(`By ${s.group_by}`, `${int(groups.length)} groups`, el("table", { class: "mini" },
         el("thead", null, el("tr", null, el("th", { text: "group" }), el("th", { class: "r", text: "rollouts" }), el("th", { class: "r", text: "errors" }), el("th", { class: "r", text: "mean reward" }), el("th", { class: "r", text: "pass rate" }))),
         el("tbody", null, groups.map(([name, g]) => el("tr", null, el("td", { text: name }), el("td", { class: "r", text: int(g.rollouts) }), el("td", { class: "r", text: int(g.errors) }), el("td", { class: "r", text: fix(g.mean_reward) }), el("td", { class: "r", text: pct(g.pass_rate) })))))));
+    }
+    const m = s.model;
+    if (m) {
+      const g = m.gateway || {};
+      const rows = [
+        ["model calls", `${int(m.requests)} (${int(m.retries)} retries, ${int(m.rate_limited)} rate-limited, ${int(m.errors)} failed)`],
+        ["tokens", `${int(m.total_tokens)} (${int(m.prompt_tokens)} prompt + ${int(m.completion_tokens)} completion)`],
+        ["tokens per rollout", `mean ${short(m.tokens_per_rollout.mean)} · p50 ${short(m.tokens_per_rollout.p50)} · p99 ${short(m.tokens_per_rollout.p99)}`],
+        ["model wait per rollout", `mean ${ms(m.wait_ms_per_rollout.mean)} · p50 ${ms(m.wait_ms_per_rollout.p50)} · p99 ${ms(m.wait_ms_per_rollout.p99)}`],
+      ];
+      if (isNum(m.cost)) rows.push(["cost", `$${m.cost.toFixed(4)}`]);
+      if (g.cache_hits) rows.push(["model cache", `${int(g.cache_hits)} of ${int(g.calls)} calls replayed`]);
+      if (isNum(g.limit_lowest) && g.limit_lowest < g.max_connections) rows.push(["calls in flight", `limit lowered to ${int(g.limit_lowest)} by 429s, ${int(g.limit_final)} at the end (of ${int(g.max_connections)})`]);
+      parts.push(card("Model usage", "every call through the gateway, summed over the rollouts", el("table", { class: "mini model-usage" },
+        el("tbody", null, rows.map(([k, v]) => el("tr", null, el("td", { text: k }), el("td", { class: "r", text: v })))))));
     }
     if (data.metrics.length) {
       parts.push(card("Rollout metrics", "means of the numeric metrics workflows and graders reported", el("table", { class: "mini" },
