@@ -428,8 +428,12 @@ def _usage(usage: Any) -> dict[str, float] | None:
     for key, short in _USAGE_KEYS.items():
         value = data.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            out[short] = value
+            if value or short not in _ONLY_IF_ANY:
+                out[short] = value
     return out or None
+
+
+_ONLY_IF_ANY = frozenset({"rl", "er"})  # 429s and failed calls: kept out of the page when none
 
 
 def _usage_totals(run: RunData) -> dict[str, Any] | None:
