@@ -28,6 +28,7 @@ import logging
 
 from osmosis_run.errors import (
     AttributeNotFoundError,
+    BackendError,
     ConfigError,
     DatasetError,
     FingerprintMismatchError,
@@ -71,6 +72,7 @@ __all__ = [
     "AgentWorkflowContext",
     "AgentWorkflowOutput",
     "AttributeNotFoundError",
+    "BackendError",
     "BaseConfig",
     "ConcurrencyConfig",
     "ConfigError",
