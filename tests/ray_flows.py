@@ -1,7 +1,7 @@
 """Workflows the Ray tests run on actors; each test copies this file into its cwd (shipped).
 
 They leave traces the tests read back: the node and process each rollout ran in (an artifact,
-and a line in ``$RAY_FLOWS_LOG``), and whether the API key reached the actor.
+and a line in the file ``metadata.log``), and whether the API key reached the actor.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
     """Sleep metadata.sleep seconds (default 0), note where it ran, then echo.
 
     Writes ``node.txt`` (and ``metadata.big`` bytes to ``big.bin``) as artifacts, appends
-    ``rollout pid node`` to ``$RAY_FLOWS_LOG``, and reports ``key_ok`` when the rollout's
+    ``rollout pid node`` to the file ``metadata.log``, and answers "key ok" when the rollout's
     context holds the key whose SHA-256 is ``metadata.key_sha``.
     """
 
@@ -45,7 +45,7 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
         meta = ctx.metadata or {}
         rollout = get_rollout_context()
         rid = rollout.rollout_id if rollout is not None else "?"
-        log = os.environ.get("RAY_FLOWS_LOG")
+        log = meta.get("log")
         if log:
             with open(log, "a", encoding="utf-8") as f:
                 f.write(f"{rid} {os.getpid()} {_node()}\n")

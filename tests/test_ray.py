@@ -34,7 +34,12 @@ import pytest
 from osmosis_run.errors import BackendError
 from tests.conftest import TESTS_DIR, results, subprocess_env, write_jsonl
 
-pytestmark = pytest.mark.ray
+pytestmark = [
+    pytest.mark.ray,
+    # Ray's node objects (cluster_utils) leave their log files to the garbage collector.
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
 
 REPO = TESTS_DIR.parent
 OBJECT_STORE = 80 * 1024 * 1024
@@ -141,7 +146,9 @@ def rows(n: int, **meta: Any) -> list[dict[str, Any]]:
 
 def without_timings(path: Path) -> dict[str, dict[str, Any]]:
     lines = [json.loads(line) for line in (path / "results.jsonl").read_text().splitlines()]
-    return {line["rollout_id"]: {k: v for k, v in line.items() if k not in TIMINGS} for line in lines}
+    return {
+        line["rollout_id"]: {k: v for k, v in line.items() if k not in TIMINGS} for line in lines
+    }
 
 
 def wait_for(check: Callable[[], bool], *, timeout: float, what: str) -> None:
@@ -213,8 +220,10 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(
     )
     try:
         wait_for(
-            lambda: (out / "results.jsonl").exists()
-            and len((out / "results.jsonl").read_text().splitlines()) >= 4,
+            lambda: (
+                (out / "results.jsonl").exists()
+                and len((out / "results.jsonl").read_text().splitlines()) >= 4
+            ),
             timeout=60,
             what="the first results",
         )
@@ -231,7 +240,7 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(
     again = ray_eval(workdir, cluster, *args)
     assert again.returncode == 0, again.stderr
     after = without_timings(out)
-    assert recorded_once(out, 40) == ["success"] * 40
+    assert recorded_once(out, 40) == ["ungraded"] * 40
     assert {rid: after[rid] for rid in before} == before
 
 
@@ -241,13 +250,13 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(
 def test_an_actor_killed_mid_run_loses_no_rollout_and_records_each_once(
     cluster: Cluster, workdir: Path
 ) -> None:
-    dataset = write_jsonl(workdir / "d.jsonl", rows(60, metadata={"sleep": 0.1}))
     out, log = workdir / "run", workdir / "where.log"
+    dataset = write_jsonl(workdir / "d.jsonl", rows(60, metadata={"sleep": 0.1, "log": str(log)}))
     args = eval_args(dataset, out, "--concurrency", "8", "--ray-actors", "2")
     child = subprocess.Popen(
         [*args, "--backend", "ray", "--ray-address", cluster.address],
         cwd=workdir,
-        env=subprocess_env(RAY_FLOWS_LOG=str(log)),
+        env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -262,11 +271,12 @@ def test_an_actor_killed_mid_run_loses_no_rollout_and_records_each_once(
             child.kill()
             child.wait()
     assert child.returncode == 0, stderr
-    assert recorded_once(out, 60) == ["success"] * 60
+    assert recorded_once(out, 60) == ["ungraded"] * 60
     pids = {pid for _, pid, _ in log_lines(log)}
     assert len(pids) >= 3  # the replacement ran rollouts too
-    ran_twice = {rid for rid, pid, _ in log_lines(log) if pid == str(victim)}
-    assert ran_twice  # the killed actor had rollouts in flight; they ran again elsewhere
+    on_victim = {rid for rid, pid, _ in log_lines(log) if pid == str(victim)}
+    elsewhere = {rid for rid, pid, _ in log_lines(log) if pid != str(victim)}
+    assert on_victim & elsewhere  # what the killed actor held in flight ran again elsewhere
 
 
 @pytest.mark.slow
@@ -275,13 +285,14 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
 ) -> None:
     node = cluster.add_node(num_cpus=1)
     try:
-        dataset = write_jsonl(workdir / "d.jsonl", rows(80, metadata={"sleep": 0.1}))
         out, log = workdir / "run", workdir / "where.log"
+        meta = {"sleep": 0.1, "log": str(log)}
+        dataset = write_jsonl(workdir / "d.jsonl", rows(80, metadata=meta))
         args = eval_args(dataset, out, "--concurrency", "12", "--ray-actors", "4")
         child = subprocess.Popen(
             [*args, "--backend", "ray", "--ray-address", cluster.address],
             cwd=workdir,
-            env=subprocess_env(RAY_FLOWS_LOG=str(log)),
+            env=subprocess_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -299,7 +310,10 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
                 child.kill()
                 child.wait()
         assert child.returncode == 0, stderr
-        assert recorded_once(out, 80) == ["success"] * 80
+        assert recorded_once(out, 80) == ["ungraded"] * 80
+        where = log_lines(log)
+        on_node = {rid for rid, _, n in where if n == node.node_id}
+        assert on_node & {rid for rid, _, n in where if n != node.node_id}  # ran again elsewhere
     finally:
         cluster.ray.remove_node(node, allow_graceful=False)
 
@@ -321,7 +335,11 @@ def test_artifacts_written_on_the_second_node_reach_the_run_directory(
     }
     assert cluster.worker.node_id in nodes
     big = json.loads((out / "rollouts" / "r3.s0" / "result.json").read_text())
-    assert big["artifacts"] == {"shipped": ["node.txt"], "omitted": ["big.bin"], "unavailable": None}
+    assert big["artifacts"] == {
+        "shipped": ["node.txt"],
+        "omitted": ["big.bin"],
+        "unavailable": None,
+    }
     assert not (out / "rollouts" / "r3.s0" / "artifacts" / "big.bin").exists()
 
 
@@ -351,22 +369,20 @@ def test_shared_fs_writes_artifacts_in_place_after_the_probe(
     assert done.returncode == 0, done.stderr
     for i in range(6):
         assert (out / "rollouts" / f"r{i}.s0" / "artifacts" / "node.txt").is_file()
-        assert "artifacts" not in json.loads((out / "rollouts" / f"r{i}.s0" / "result.json").read_text())
+        assert "artifacts" not in json.loads(
+            (out / "rollouts" / f"r{i}.s0" / "result.json").read_text()
+        )
     assert not (out / ".ray-shared-fs-probe").exists()
 
 
 # -- what stops a run before it starts (exit 2) ----------------------------------------------
 
 
-def test_a_module_missing_on_the_workers_is_one_clear_line(
-    cluster: Cluster, workdir: Path
-) -> None:
+def test_a_module_missing_on_the_workers_is_one_clear_line(cluster: Cluster, workdir: Path) -> None:
     # The workflow imports a module that only the driver's PYTHONPATH holds.
     elsewhere = Path(tempfile.mkdtemp(dir=workdir.parent))
     (elsewhere / "driver_only.py").write_text("VALUE = 1\n")
-    (workdir / "needs_helper.py").write_text(
-        "import driver_only\nfrom ray_flows import Traced\n"
-    )
+    (workdir / "needs_helper.py").write_text("import driver_only\nfrom ray_flows import Traced\n")
     env = subprocess_env()
     env["PYTHONPATH"] = os.pathsep.join([str(elsewhere), env["PYTHONPATH"]])
     dataset = write_jsonl(workdir / "d.jsonl", rows(2))
@@ -375,8 +391,8 @@ def test_a_module_missing_on_the_workers_is_one_clear_line(
     done = ray_eval(workdir, cluster, *args, env=env)
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
-        f"error: on the Ray workers (node {socket.gethostname()}): importing \"needs_helper\" "
-        "(for \"needs_helper:Traced\") raised ModuleNotFoundError: No module named "
+        f'error: on the Ray workers (node {socket.gethostname()}): importing "needs_helper" '
+        '(for "needs_helper:Traced") raised ModuleNotFoundError: No module named '
         "'driver_only'; the import paths are shipped to them, other modules must be installed "
         "on every node"
     )
@@ -385,9 +401,7 @@ def test_a_module_missing_on_the_workers_is_one_clear_line(
 
 def test_an_actor_no_node_can_hold_is_refused_at_once(cluster: Cluster, workdir: Path) -> None:
     dataset = write_jsonl(workdir / "d.jsonl", rows(2))
-    done = ray_eval(
-        workdir, cluster, *eval_args(dataset, workdir / "run", "--ray-actor-cpus", "8")
-    )
+    done = ray_eval(workdir, cluster, *eval_args(dataset, workdir / "run", "--ray-actor-cpus", "8"))
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
         "error: --ray-actor-cpus 8: no node of the Ray cluster has 8 CPUs (the largest has 2); "
@@ -435,7 +449,10 @@ def test_the_code_shipped_leaves_out_the_run_directory_git_and_venvs(
     env = runtime_env_of(prepare(settings))
     assert env["working_dir"] == str(project.resolve())
     assert {"/runs/x", "/runs", "/env", ".git"} <= set(env["excludes"])
-    assert env["py_modules"] == [str(configs.resolve() / "pkg"), str(configs.resolve() / "settings.py")]
+    assert env["py_modules"] == [
+        str(configs.resolve() / "pkg"),
+        str(configs.resolve() / "settings.py"),
+    ]
 
 
 # -- a cluster started with `ray start --head --block` -------------------------------------
@@ -450,9 +467,16 @@ def test_ray_address_joins_a_cluster_started_with_ray_start(workdir: Path) -> No
     ray_cli = Path(sys.executable).with_name("ray")
     head = subprocess.Popen(
         [
-            str(ray_cli), "start", "--head", "--block", f"--port={port}", "--num-cpus=1",
-            "--include-dashboard=false", f"--object-store-memory={OBJECT_STORE}",
-            f"--temp-dir={temp}", "--disable-usage-stats",
+            str(ray_cli),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            f"--object-store-memory={OBJECT_STORE}",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -465,16 +489,25 @@ def test_ray_address_joins_a_cluster_started_with_ray_start(workdir: Path) -> No
         deadline = time.monotonic() + 60
         while True:
             done = subprocess.run(
-                [*eval_args(dataset, out, "--ray-actors", "1"), "--backend", "ray",
-                 "--ray-address", address],
-                cwd=workdir, env=subprocess_env(), capture_output=True, text=True, timeout=120,
+                [
+                    *eval_args(dataset, out, "--ray-actors", "1"),
+                    "--backend",
+                    "ray",
+                    "--ray-address",
+                    address,
+                ],
+                cwd=workdir,
+                env=subprocess_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
                 check=False,
             )
             if done.returncode == 0 or time.monotonic() > deadline:
                 break
             time.sleep(1)
         assert done.returncode == 0, done.stderr
-        assert recorded_once(out, 5) == ["success"] * 5
+        assert recorded_once(out, 5) == ["ungraded"] * 5
     finally:
         os.killpg(head.pid, signal.SIGTERM)
         try:

@@ -74,9 +74,16 @@ _LOST = (
     ray_errors.ObjectLostError,
     ray_errors.NodeDiedError,
 )
+# An actor that dies while it starts (its node went away, a worker crashed) is started again, at
+# most this many times in all.
+START_TRIES = 3
 # Folders never shipped to the workers (besides the run directory and virtual environments).
 _NEVER_SHIPPED = (".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".ruff_cache", ".tox")
 _PROBE = ".ray-shared-fs-probe"
+
+
+class _ActorDied(BackendError):
+    """A new actor died before it was ready (a missing module, a node that went away)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,15 +246,21 @@ class RayExecutor:
         Raises:
             BackendError: it could not (the actor is killed).
         """
-        handle = _actor_class().remote()
-        try:
-            node = await self._make_ready(handle, probe)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
-            raise
-        slot.handle, slot.node = handle, node
-        slot.generation += 1
+        for attempt in range(1, START_TRIES + 1):
+            handle = _actor_class().remote()
+            try:
+                node = await self._make_ready(handle, probe)
+            except _ActorDied:
+                _kill(handle)
+                if attempt == START_TRIES:
+                    raise
+                continue
+            except BaseException:
+                _kill(handle)
+                raise
+            slot.handle, slot.node = handle, node
+            slot.generation += 1
+            return
 
     async def _make_ready(self, handle: Any, probe: tuple[str, str] | None) -> str:
         """Check a new actor's versions and have it load the classes; return its node."""
@@ -283,7 +296,7 @@ class RayExecutor:
                 "are slow to set up the code"
             ) from None
         except _LOST as exc:
-            raise BackendError(f"a Ray actor could not {doing}: {_death(exc)}") from None
+            raise _ActorDied(f"a Ray actor could not {doing}: {_death(exc)}") from None
         except ray_errors.RuntimeEnvSetupError as exc:
             raise BackendError(
                 f"the Ray workers could not set up the shipped code: {_one_line(exc)}"
@@ -461,6 +474,11 @@ class RayExecutor:
         if self._connected:
             self._connected = False
             ray.shutdown()
+
+
+def _kill(handle: Any) -> None:
+    with contextlib.suppress(Exception):
+        ray.kill(handle, no_restart=True)
 
 
 def _settle(calls: list[_Call], error: BaseException) -> None:
