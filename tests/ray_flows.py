@@ -28,6 +28,11 @@ def _node() -> str:
         return "driver"
 
 
+def _note(path: str, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+
+
 def _answer(ctx: AgentWorkflowContext[Any]) -> list[dict[str, Any]]:
     last = str([m for m in ctx.prompt if m["role"] == "user"][-1]["content"])
     return [*ctx.prompt, {"role": "assistant", "content": last}]
@@ -45,10 +50,8 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
         meta = ctx.metadata or {}
         rollout = get_rollout_context()
         rid = rollout.rollout_id if rollout is not None else "?"
-        log = meta.get("log")
-        if log:
-            with open(log, "a", encoding="utf-8") as f:
-                f.write(f"{rid} {os.getpid()} {_node()}\n")
+        if meta.get("log"):
+            _note(str(meta["log"]), f"{rid} {os.getpid()} {_node()}\n")
         await asyncio.sleep(float(meta.get("sleep", 0)))
         if ctx.artifacts_dir is not None:
             (ctx.artifacts_dir / "node.txt").write_text(_node())

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import TESTS_DIR, results, subprocess_env, write_jsonl
 
 from osmosis_run.errors import BackendError
-from tests.conftest import TESTS_DIR, results, subprocess_env, write_jsonl
 
 pytestmark = [
     pytest.mark.ray,
@@ -89,7 +89,7 @@ class Cluster:
         return node
 
     def shutdown(self) -> None:
-        self.ray.shutdown()
+        self.ray.shutdown()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture(scope="session")
@@ -411,15 +411,16 @@ def test_an_actor_no_node_can_hold_is_refused_at_once(cluster: Cluster, workdir:
 
 def test_version_skew_between_the_driver_and_a_worker_is_refused() -> None:
     from osmosis_run.backends import ray as backend
+    from osmosis_run.backends._ray_actor import versions
 
-    hello = {**backend.versions(), "pydantic": "2.5.0", "node": "gpu-7"}
+    hello = {**versions(), "pydantic": "2.5.0", "node": "gpu-7"}
     with pytest.raises(BackendError) as caught:
         backend._check_versions(hello)
     assert str(caught.value) == (
         f"version skew: Ray node gpu-7 runs pydantic 2.5.0, this machine runs pydantic "
-        f"{backend.versions()['pydantic']}; install the same versions on every node"
+        f"{versions()['pydantic']}; install the same versions on every node"
     )
-    backend._check_versions({**backend.versions(), "node": "same"})  # the same: no error
+    backend._check_versions({**versions(), "node": "same"})  # the same: no error
 
 
 def test_the_code_shipped_leaves_out_the_run_directory_git_and_venvs(
