@@ -7,6 +7,7 @@ Ray.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -128,3 +129,21 @@ def test_backend_ray_without_ray_installed_says_how_to_get_it(tmp_path: Path) ->
         'error: --backend ray needs Ray on this machine: pip install "osmosis-run[ray]"'
     ]
     assert not (tmp_path / "run").exists()
+
+
+def test_an_address_nobody_listens_on_is_refused_at_once(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    with socket.socket() as s:  # a loopback port that was free a moment ago: refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    write_jsonl(tmp_path / "d.jsonl", [ROW])
+    done = cli(
+        "eval", "d.jsonl", "-w", "eval_flows:Echo", "--backend", "ray",
+        "--ray-address", f"127.0.0.1:{port}", "--out", "run",
+    )  # fmt: skip
+    assert done.exit_code == 2
+    assert done.stderr == (
+        f"error: cannot join the Ray cluster at 127.0.0.1:{port}: Connection refused; is "
+        "`ray start --head` running there, and is the port right?\n"
+    )

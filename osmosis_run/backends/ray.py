@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import secrets
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,8 @@ __all__ = ["ARTIFACTS_CAP", "RayExecutor", "RayOptions", "runtime_env_of"]
 # The driver's own bound on a call, past the rollout's agent and grader timeouts (which the
 # actor enforces): a reply that never comes is a timeout, not a run held forever.
 CALL_MARGIN_S = 30.0
+# How long the cluster's address gets to accept a connection before ray.init is tried.
+CONNECT_TIMEOUT_S = 5.0
 # A replacement actor that cannot start is tried again this many times, then its slot is left
 # empty; with no actor left the run stops (exit 4) and resumes later.
 REPLACE_TRIES = 3
@@ -205,6 +208,8 @@ class RayExecutor:
         }
         if address is None:
             kwargs["include_dashboard"] = False
+        else:
+            _check_reachable(address)
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
@@ -392,7 +397,8 @@ class RayExecutor:
                 call.slot = slot
             slot.in_flight += len(calls)
             ref = slot.handle.run_batch.remote([c.item for c in calls])
-            task = asyncio.get_running_loop().create_task(self._reply(slot, ref, calls))
+            reply = self._reply(slot, slot.generation, ref, calls)
+            task = asyncio.get_running_loop().create_task(reply)
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
             if len(slot.pending) < self.options.batch:
@@ -400,9 +406,8 @@ class RayExecutor:
         if slot.pending:
             self._schedule_flush(slot)
 
-    async def _reply(self, slot: _Slot, ref: Any, calls: list[_Call]) -> None:
+    async def _reply(self, slot: _Slot, generation: int, ref: Any, calls: list[_Call]) -> None:
         """Wait for one actor call and hand each attempt its reply (or its loss)."""
-        generation = slot.generation
         try:
             replies = await _awaitable(ref)
         except asyncio.CancelledError:
@@ -474,6 +479,25 @@ class RayExecutor:
         if self._connected:
             self._connected = False
             ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (Ray itself waits a minute or more).
+
+    Raises:
+        BackendError: the address refuses connections or does not answer.
+    """
+    host, colon, port = address.rpartition(":")
+    if not colon or "://" in address or not port.isdigit():
+        return  # "auto", "ray://...": Ray's own forms, left to it
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise BackendError(
+            f"cannot join the Ray cluster at {address}: {exc.strerror or exc}; is `ray start "
+            "--head` running there, and is the port right?"
+        ) from None
 
 
 def _kill(handle: Any) -> None:
