@@ -191,13 +191,29 @@ class RayExecutor:
             probe = self._write_probe() if self.options.shared_fs else None
             self._slots = [_Slot(i) for i in range(count)]
             try:
-                await asyncio.gather(*(self._start(slot, probe) for slot in self._slots))
+                await self._start_all(probe)
             finally:
                 if probe is not None:
                     _remove(probe[0])
         except BaseException:
             await self.close()
             raise
+
+    async def _start_all(self, probe: tuple[str, str] | None) -> None:
+        """Start every actor at once; the first that cannot start stops the others.
+
+        Raises:
+            BackendError: the first actor's reason (the others were cancelled).
+        """
+        try:
+            async with asyncio.TaskGroup() as group:
+                for slot in self._slots:
+                    group.create_task(self._start(slot, probe))
+        except BaseExceptionGroup as failed:
+            first: BaseException = failed
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
 
     def _connect(self) -> None:
         address = self.options.address or os.environ.get("RAY_ADDRESS") or None

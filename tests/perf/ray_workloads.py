@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 W9_ROWS, W10_ROWS = 20_000, 2_000
 W9_BATCH = 64
 W10_CONCURRENCY = 100
+W10_COMPANION_BATCH = 16
 SLEEP_S = 0.05
 OBJECT_STORE = 100 * 1024 * 1024
 
@@ -153,11 +154,17 @@ def w10(bench: Bench) -> Line:
         ]
         log(f"W10: osmosis-run eval --backend ray, {rows} rows, sleeping, concurrency 100")
         on_ray = _run_in(bench, cmd, rows=rows, name="W10", cwd=code_dir(bench))
+        batched_cmd = [*cmd, "--ray-batch", str(W10_COMPANION_BATCH)]
+        batched_cmd[batched_cmd.index("--out") + 1] = str(bench.ws.fresh("W10-ray-batched"))
+        log(f"W10: the same with --ray-batch {W10_COMPANION_BATCH} (a companion figure)")
+        batched = _run_in(bench, batched_cmd, rows=rows, name="W10-batched", cwd=code_dir(bench))
     return report(
         "W10",
         [Check("runner wall / ideal", on_ray.inner_wall_s / ideal, 1.3)],
         "the runner's wall (summary.json wall_s) on a two-node local Ray cluster / (rows / "
-        "concurrency x 0.05 s); whole_process_figure: the eval process wall, startup included",
+        "concurrency x 0.05 s), one rollout per actor call (the default --ray-batch 1); "
+        "whole_process_figure: the eval process wall, startup included; batched_figure: the "
+        f"runner's wall / ideal with --ray-batch {W10_COMPANION_BATCH}",
         rows=rows,
         concurrency=W10_CONCURRENCY,
         ideal_s=ideal,
@@ -165,6 +172,8 @@ def w10(bench: Bench) -> Line:
         eval_wall_s=on_ray.process.wall_s,
         whole_process_figure=on_ray.process.wall_s / ideal,
         eval_cpu_s=on_ray.process.cpu_s,
+        batched_figure=batched.inner_wall_s / ideal,
+        batched_eval_inner_wall_s=batched.inner_wall_s,
     )
 
 
