@@ -244,6 +244,49 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(
     assert {rid: after[rid] for rid in before} == before
 
 
+def test_a_second_ctrl_c_exits_at_once_and_the_actors_die_with_the_driver(
+    cluster: Cluster, workdir: Path
+) -> None:
+    log = workdir / "where.log"
+    dataset = write_jsonl(workdir / "d.jsonl", rows(8, metadata={"sleep": 600, "log": str(log)}))
+    args = eval_args(dataset, workdir / "run", "--concurrency", "4", "--ray-actors", "2")
+    child = subprocess.Popen(
+        [*args, "--backend", "ray", "--ray-address", cluster.address],
+        cwd=workdir,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(log_lines(log)) >= 4, timeout=60, what="rollouts on the actors")
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130
+    pids = {int(pid) for _, pid, _ in log_lines(log)}
+    wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=30, what="the actors to die")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").is_dir() and "Z" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1]
+    except (OSError, IndexError):
+        return "Z"
+
+
 # -- faults: an actor, a node ------------------------------------------------------------
 
 
