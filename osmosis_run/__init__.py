@@ -15,7 +15,8 @@ sdk backend, and finished rollouts -> store.
                      a run back
     run/             the engine: settings, components, fingerprint, dataset rows, selection, the
                      scheduler and its execution seam, rollout records, ATIF, validate
-    backends/        what runs an attempt behind the seam: in-process, and a fake for tests
+    backends/        what runs an attempt behind the seam: in-process, a Ray actor pool (Ray is
+                     imported for --backend ray only), and a fake for tests
     reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run
     cli/             the Typer app; the only place that imports typer and rich
