@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import signal
 from typing import Any
 
 from osmosis_run import (
@@ -42,7 +43,8 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
     """Sleep metadata.sleep seconds (default 0), note where it ran, then echo.
 
     Writes ``node.txt`` (and ``metadata.big`` bytes to ``big.bin``) as artifacts, appends
-    ``rollout pid node`` to the file ``metadata.log``, and answers "key ok" when the rollout's
+    ``rollout pid node`` to the file ``metadata.log``, kills its own process when
+    ``metadata.die``, and answers "key ok" when the rollout's
     context holds the key whose SHA-256 is ``metadata.key_sha``.
     """
 
@@ -52,6 +54,8 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
         rid = rollout.rollout_id if rollout is not None else "?"
         if meta.get("log"):
             _note(str(meta["log"]), f"{rid} {os.getpid()} {_node()}\n")
+        if meta.get("die"):  # kill the process it runs in: its actor, on every attempt
+            os.kill(os.getpid(), signal.SIGKILL)
         await asyncio.sleep(float(meta.get("sleep", 0)))
         if ctx.artifacts_dir is not None:
             (ctx.artifacts_dir / "node.txt").write_text(_node())

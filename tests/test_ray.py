@@ -320,6 +320,23 @@ def test_an_actor_killed_mid_run_loses_no_rollout_and_records_each_once(
     assert on_victim & elsewhere  # what the killed actor held in flight ran again elsewhere
 
 
+def test_a_rollout_that_kills_its_actor_every_time_is_recorded_as_a_failure(
+    cluster: Cluster, workdir: Path
+) -> None:
+    data = rows(4)
+    data[1]["metadata"] = {"die": True}
+    dataset = write_jsonl(workdir / "d.jsonl", data)
+    out = workdir / "run"
+    args = eval_args(dataset, out, "--ray-actors", "2", "--max-error-rate", "1")
+    done = ray_eval(workdir, cluster, *args)
+    assert done.returncode == 0, done.stderr
+    assert sorted(recorded_once(out, 4)) == ["failure", "ungraded", "ungraded", "ungraded"]
+    killer = next(line for line in results(out) if line.rollout_id == "r1.s0")
+    assert killer.error_message is not None
+    assert killer.error_message.startswith("the backend lost this rollout 4 times in a row (")
+    assert killer.attempts == 1  # losses are not attempts
+
+
 @pytest.mark.slow
 def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
     cluster: Cluster, workdir: Path

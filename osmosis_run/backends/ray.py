@@ -23,8 +23,9 @@ Exactly-once recording, at-least-once execution: a rollout is recorded when its 
 An actor lost mid-call (killed, its node gone) raises ``AttemptLost`` for each attempt it held,
 and is replaced; the engine runs those attempts again, not counting them against
 ``--retries``, at most ``LOST_LIMIT`` times in a row (then the rollout is recorded as a
-failure). A rollout lost that way may have run part or all of its workflow before: a model
-call may repeat. Ray's own retries are off (``max_restarts=0``, ``max_task_retries=0``): they
+failure). Which of an actor's rollouts killed it is unknown, so each runs again alone on an
+idle actor: the culprit then dies alone, and the rollouts beside it finish. A rollout lost that
+way may have run part or all of its workflow before: a model call may repeat. Ray's own retries are off (``max_restarts=0``, ``max_task_retries=0``): they
 re-run calls silently.
 """
 
@@ -110,6 +111,7 @@ class _Slot:
     node: str = "?"
     generation: int = 0
     in_flight: int = 0
+    alone: bool = False  # running one rollout that was lost before, and nothing else
     pending: list[_Call] = field(default_factory=list)
     flush_scheduled: bool = False
 
@@ -136,6 +138,7 @@ class RayExecutor:
         self._slots: list[_Slot] = []
         self._calls: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
+        self._suspects: set[str] = set()  # rollouts lost with their actor, not finished since
         self._broken: InfrastructureError | None = None
         self._connected = False
         self._per_actor: int | None = None
@@ -355,8 +358,9 @@ class RayExecutor:
         )
 
     async def _call(self, attempt: Attempt) -> AttemptResult:
-        slot = await self._pick()
         request, context = attempt.request, attempt.context
+        suspect = request.id in self._suspects
+        slot = await self._pick(alone=suspect)
         item: Item = (request, attempt.number, context.chat_completions_url, context.seed)
         call = _Call(item, asyncio.get_running_loop().create_future())
         slot.pending.append(call)
@@ -366,23 +370,40 @@ class RayExecutor:
         except asyncio.CancelledError:
             self._forget(call, slot)
             raise
+        except AttemptLost:
+            self._suspects.add(request.id)
+            raise
+        finally:
+            if suspect:
+                slot.alone = False
+                self._changed.set()
+        self._suspects.discard(request.id)
         if reply is None:  # cancelled on the actor without being asked: treat as lost
             raise AttemptLost("the Ray actor dropped the rollout")
         outcome, workflow_ms, grader_ms, files, omitted = reply
         artifacts = Artifacts(files=files, omitted=omitted) if files or omitted else None
         return AttemptResult(outcome, workflow_ms, grader_ms, artifacts)
 
-    async def _pick(self) -> _Slot:
-        """The least busy live actor; waits while every actor is being replaced.
+    async def _pick(self, *, alone: bool) -> _Slot:
+        """The least busy live actor, or with ``alone`` an idle one, kept for this call only.
+
+        A rollout that was lost with its actor may be what killed it: it runs again alone, so
+        that it cannot take the rollouts beside it down again (and they cannot take it down).
+        Waits while no actor fits (every actor being replaced, or none idle).
 
         Raises:
             InfrastructureError: no actor is left and none can be started.
         """
         while True:
-            live = [s for s in self._slots if s.handle is not None]
-            if live:
+            live = [s for s in self._slots if s.handle is not None and not s.alone]
+            if alone:
+                idle = [s for s in live if s.load == 0]
+                if idle:
+                    idle[0].alone = True
+                    return idle[0]
+            elif live:
                 return min(live, key=lambda s: s.load)
-            if self._broken is not None:
+            if self._broken is not None and all(s.handle is None for s in self._slots):
                 raise self._broken
             self._changed.clear()
             await self._changed.wait()
@@ -440,6 +461,8 @@ class RayExecutor:
             return
         finally:
             slot.in_flight -= len(calls)
+            if slot.in_flight == 0:
+                self._changed.set()  # an idle actor, for a rollout that must run alone
         for call, reply in zip(calls, replies, strict=True):
             if not call.future.done():
                 call.future.set_result(reply)
