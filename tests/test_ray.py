@@ -344,9 +344,10 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
     node = cluster.add_node(num_cpus=1)
     try:
         out, log = workdir / "run", workdir / "where.log"
-        meta = {"sleep": 0.1, "log": str(log)}
-        dataset = write_jsonl(workdir / "d.jsonl", rows(80, metadata=meta))
-        args = eval_args(dataset, out, "--concurrency", "12", "--ray-actors", "4")
+        meta = {"sleep": 0.2, "log": str(log)}
+        dataset = write_jsonl(workdir / "d.jsonl", rows(160, metadata=meta))
+        # Six actors spread over three nodes: at least one on the node that is killed.
+        args = eval_args(dataset, out, "--concurrency", "12", "--ray-actors", "6")
         child = subprocess.Popen(
             [*args, "--backend", "ray", "--ray-address", cluster.address],
             cwd=workdir,
@@ -368,7 +369,7 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
                 child.kill()
                 child.wait()
         assert child.returncode == 0, stderr
-        assert recorded_once(out, 80) == ["ungraded"] * 80
+        assert recorded_once(out, 160) == ["ungraded"] * 160
         # What its actor held in flight may have replied (a worker outlives its raylet for a
         # moment) or run again elsewhere: either way once in results.jsonl.
     finally:
