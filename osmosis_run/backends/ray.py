@@ -25,8 +25,8 @@ and is replaced; the engine runs those attempts again, not counting them against
 ``--retries``, at most ``LOST_LIMIT`` times in a row (then the rollout is recorded as a
 failure). Which of an actor's rollouts killed it is unknown, so each runs again alone on an
 idle actor: the culprit then dies alone, and the rollouts beside it finish. A rollout lost that
-way may have run part or all of its workflow before: a model call may repeat. Ray's own retries are off (``max_restarts=0``, ``max_task_retries=0``): they
-re-run calls silently.
+way may have run part or all of its workflow before: a model call may repeat. Ray's own
+retries are off (``max_restarts=0``, ``max_task_retries=0``): they re-run calls silently.
 """
 
 from __future__ import annotations
