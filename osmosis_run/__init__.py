@@ -16,7 +16,8 @@ sdk backend, and finished rollouts -> store.
     run/             the engine: settings, components, fingerprint, dataset rows, selection, the
                      scheduler and its execution seam, rollout records, ATIF, validate
     gateway/         the model gateway: per-rollout URLs, usage, pacing, call records, cache
-    backends/        what runs an attempt behind the seam: in-process, and a fake for tests
+    backends/        what runs an attempt behind the seam: in-process, a Ray actor pool (Ray is
+                     imported for --backend ray only), and a fake for tests
     reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run
     cli/             the Typer app; the only place that imports typer and rich
@@ -29,6 +30,7 @@ import logging
 
 from osmosis_run.errors import (
     AttributeNotFoundError,
+    BackendError,
     ConfigError,
     DatasetError,
     FingerprintMismatchError,
@@ -72,6 +74,7 @@ __all__ = [
     "AgentWorkflowContext",
     "AgentWorkflowOutput",
     "AttributeNotFoundError",
+    "BackendError",
     "BaseConfig",
     "ConcurrencyConfig",
     "ConfigError",

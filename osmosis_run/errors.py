@@ -14,6 +14,9 @@ another run. Every message says what was wrong, where, and how to fix it, in one
     │   └── WrongKindError           the object is not of the kind expected (also a TypeError)
     ├── ConfigError                  an option or config file is invalid (usage error, exit 2)
     ├── DatasetError                 the dataset file cannot be read at all (exit 2)
+    ├── BackendError                 the backend cannot get ready before any rollout runs: a Ray
+    │                                cluster unreachable, actors that cannot start or import the
+    │                                workflow, versions that differ between nodes (exit 2)
     ├── RunDirError                  the run directory cannot be used
     │   └── FingerprintMismatchError the run directory holds a run with other inputs
     └── InfrastructureError          the machine failed mid-run (disk full, writer process lost):
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 __all__ = [
     "AttributeNotFoundError",
+    "BackendError",
     "ConfigError",
     "DatasetError",
     "FingerprintMismatchError",
@@ -75,6 +79,10 @@ class ConfigError(OsmosisRunError):
 
 class DatasetError(OsmosisRunError):
     """The dataset file cannot be opened or read."""
+
+
+class BackendError(OsmosisRunError):
+    """The backend cannot get ready: nothing ran (a Ray cluster, its actors, their versions)."""
 
 
 class RunDirError(OsmosisRunError):

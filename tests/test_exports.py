@@ -14,6 +14,7 @@ EXPECTED = [
     "AgentWorkflowContext",
     "AgentWorkflowOutput",
     "AttributeNotFoundError",
+    "BackendError",
     "BaseConfig",
     "ConcurrencyConfig",
     "ConfigError",

@@ -707,6 +707,8 @@ FLAT_NAMES = {
     "execution": [
         "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
         "api_key",
+        "backend", "ray_address", "ray_actors", "ray_actor_cpus", "ray_batch", "ray_shared_fs",
+        "ray_ready_timeout",
     ],
     "output": ["out", "runs_dir", "fresh", "retry_failed", "jsonl", "no_messages"],
     "after": [

@@ -25,6 +25,7 @@ _RUN = "Execution"
 _OUT = "Output"
 _GATES = "Gates and reports"
 _MODEL = "Model gateway"
+_RAY = "Ray (--backend ray)"
 # How a finished run ends (osmosis_run.reports.finish.Ending) -> its exit code.
 _EXIT_OF_ENDING = {
     "ok": exit_codes.OK,
@@ -245,6 +246,60 @@ def eval_command(
     ] = None,
     verbose: options.Verbose = 0,
     quiet: options.Quiet = False,
+    backend: Annotated[
+        str | None,
+        _opt(
+            "--backend",
+            help="Where rollouts run: local (this process, the default) or ray (an actor pool).",
+            panel=_RAY,
+        ),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        _opt(
+            "--ray-address",
+            help="Ray cluster to join (default $RAY_ADDRESS, else a local cluster).",
+            panel=_RAY,
+        ),
+    ] = None,
+    ray_actors: Annotated[
+        int | None,
+        _opt("--ray-actors", help="Actors in the pool (default: the cluster's CPUs).", panel=_RAY),
+    ] = None,
+    ray_actor_cpus: Annotated[
+        float | None,
+        _opt(
+            "--ray-actor-cpus",
+            help="CPUs each actor reserves: 0 for I/O-bound agents (default), 1 for graders "
+            "that run code.",
+            panel=_RAY,
+        ),
+    ] = None,
+    ray_batch: Annotated[
+        int | None,
+        _opt(
+            "--ray-batch",
+            help="Rollouts sent per actor call (default 1; 16-64 for short rollouts).",
+            panel=_RAY,
+        ),
+    ] = None,
+    ray_shared_fs: Annotated[
+        bool | None,
+        _opt(
+            "--ray-shared-fs",
+            help="--out is on a file system every node sees at the same path: artifacts are "
+            "written in place (checked at start).",
+            panel=_RAY,
+        ),
+    ] = None,
+    ray_ready_timeout: Annotated[
+        float | None,
+        _opt(
+            "--ray-ready-timeout",
+            help="Seconds each actor gets to start and load the workflow (default 120).",
+            panel=_RAY,
+        ),
+    ] = None,
 ) -> None:
     """Run a workflow (and grader) over a JSONL dataset and keep graded results.
 

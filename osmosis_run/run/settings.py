@@ -164,6 +164,15 @@ class Execution(_Group):
     retries: int = Field(0, ge=0)
     chat_completions_url: str | None = None
     api_key: SecretStr | None = Field(None, repr=False, exclude=True)
+    # Where attempts run (backends/): in this process, or on a Ray actor pool. Not part of the
+    # fingerprint: a run started locally resumes on Ray and back.
+    backend: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    ray_actors: int | None = Field(None, ge=1)
+    ray_actor_cpus: float = Field(0.0, ge=0)
+    ray_batch: int = Field(1, ge=1)
+    ray_shared_fs: bool = False
+    ray_ready_timeout: float = Field(120.0, gt=0)
 
     def api_key_value(self) -> str | None:
         """The API key itself, for the one place that sends it (None when not given)."""

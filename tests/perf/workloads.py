@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import ray_workloads
 from .baseline import DEFAULT_REVISION, Baseline
 from .measure import Measured, measure
 from .workspace import ECHO, EXACT_MATCH, MEMORY_DIR, SLEEPY, HarnessError, Workspace
@@ -186,6 +187,8 @@ class Bench:
             "W4": self.w4_memory,
             "W5": self.w5_startup,
             "W6": self.w6_resume,
+            "W9": lambda: ray_workloads.w9(self),
+            "W10": lambda: ray_workloads.w10(self),
         }
 
     # -- running the two programs --------------------------------------------------------

@@ -1,0 +1,266 @@
+"""What runs on a Ray worker: one actor holding the loaded workflow and grader.
+
+The driver (``backends/ray.py``) wraps ``RolloutActor`` with ``ray.remote``; this module imports
+no Ray, so it reads (and is tested) as plain Python. An actor answers:
+
+- ``hello()``: the versions and the node it runs on (the driver refuses a skew);
+- ``setup(spec, key, ...)``: load the classes (``spec`` is the run's ``RunSpec`` fields), set
+  the API key as this process's ``OSMOSIS_API_KEY`` (a method argument, never a constructor
+  argument or ``runtime_env`` field, which Ray keeps in its control store), and check the
+  shared-file-system probe. Returns None, or the one-line reason it cannot run rollouts;
+- ``run_batch(items)``: a batch of attempts, run concurrently, each with ``LocalExecutor``
+  within its stage deadlines, in the order given; the artifacts each wrote come back with it;
+- ``cancel(ids)``: cancel those rollouts (a Ctrl-C, a deadline of the driver's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import shutil
+import socket
+import tempfile
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+
+import osmosis_run
+from osmosis_run.backends.local import LocalExecutor
+from osmosis_run.errors import OsmosisRunError
+from osmosis_run.run.components import load_components
+from osmosis_run.run.seam import Attempt
+from osmosis_run.run.settings import EvalSettings
+from osmosis_run.sdk.backend import ARTIFACTS, LocalBackend
+from osmosis_run.sdk.context import RolloutContext
+from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
+
+__all__ = ["ARTIFACTS_CAP", "Item", "Reply", "RolloutActor", "versions"]
+
+T = TypeVar("T")
+
+# What one rollout's artifacts may weigh to travel back with its reply; files past it (in path
+# order) are left out and listed in result.json ("artifacts": {"omitted": [...]}).
+ARTIFACTS_CAP = 16 << 20
+# Actors keep artifacts in RAM (/dev/shm) until they are shipped, when this much of it is free.
+SHM = "/dev/shm"
+SCRATCH_RAM_FREE = 1 << 30
+# Past its deadline, how long a stage gets to honour its cancellation (as in the engine).
+ABANDON_GRACE_S = 2.0
+
+# One attempt as the driver sends it: the request, the attempt number, the model endpoint,
+# the rollout's seed. The API key is not in it: the actor has it in its environment.
+Item = tuple[ExecutionRequest, int, str, int | None]
+# One attempt's answer: outcome, workflow and grader milliseconds, artifacts shipped, omitted.
+# None: the rollout was cancelled.
+Reply = tuple[ExecutionOutcome, float | None, float | None, dict[str, bytes], tuple[str, ...]]
+
+
+def versions() -> dict[str, str]:
+    """What must match between the driver and the workers."""
+    return {
+        "osmosis-run": osmosis_run.__version__,
+        "pydantic": pydantic.VERSION,
+        "Python": ".".join(platform.python_version_tuple()[:2]),
+    }
+
+
+class _Deadlines:
+    """The engine's deadline rule, on the worker: a stage past its deadline is a timeout."""
+
+    def __init__(self) -> None:
+        self.abandoned: set[asyncio.Future[Any]] = set()
+
+    async def within(
+        self,
+        stage: str,  # noqa: ARG002  (every stage alike)
+        seconds: float | None,
+        work: Coroutine[Any, Any, T],
+        *,
+        rollout_id: str,
+        timed_out: Any,
+    ) -> T:
+        """Run ``work`` within ``seconds``; past it (or returned late), ``timed_out()``."""
+        if seconds is None:
+            return await work
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        task = loop.create_task(work, name=rollout_id)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=seconds)
+            if not done:
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=ABANDON_GRACE_S)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if not done:  # it ignores its cancellation: keep a reference until it ends
+            self.abandoned.add(task)
+            task.add_done_callback(self.abandoned.discard)
+            result: T = timed_out()
+            return result
+        if task.cancelled() or loop.time() > deadline:
+            if not task.cancelled():
+                task.exception()
+            late: T = timed_out()
+            return late
+        return task.result()
+
+
+class RolloutActor:
+    """One actor of the pool: the user's classes, loaded once, running many rollouts."""
+
+    def __init__(self) -> None:
+        self._executor: LocalExecutor | None = None
+        self._root: Path | None = None
+        self._ship = True
+        self._deadlines = _Deadlines()
+        self._running: dict[str, asyncio.Task[Any]] = {}
+
+    def hello(self) -> dict[str, str]:
+        """The versions that must match the driver's, and where this actor runs."""
+        return {**versions(), "node": socket.gethostname(), "pid": str(os.getpid())}
+
+    def setup(
+        self,
+        spec: dict[str, Any],
+        key: str | None,
+        *,
+        shared_root: str | None = None,
+        probe: tuple[str, str] | None = None,
+    ) -> str | None:
+        """Load the workflow and grader; None when ready, else why not (one line)."""
+        if key:
+            os.environ["OSMOSIS_API_KEY"] = key
+        if probe is not None:
+            problem = _check_probe(*probe)
+            if problem is not None:
+                return problem
+        try:
+            components = load_components(EvalSettings.model_validate(spec))
+        except OsmosisRunError as exc:
+            return str(exc)
+        if shared_root is not None:
+            self._root, self._ship = Path(shared_root), False
+        else:
+            self._root = Path(tempfile.mkdtemp(prefix="osmosis-run-actor-", dir=_scratch()))
+        self._executor = LocalExecutor(
+            LocalBackend(
+                workflow=components.workflow,
+                workflow_config=components.workflow_config,
+                grader=components.grader,
+                grader_config=components.grader_config,
+                artifact_root=self._root,
+            )
+        )
+        return None
+
+    async def run_batch(self, items: list[Item]) -> list[Reply | None]:
+        """Run a batch of attempts concurrently; their replies in the order given."""
+        if len(items) == 1:
+            return [await self._run_one(items[0])]
+        return list(await asyncio.gather(*(self._run_one(item) for item in items)))
+
+    def cancel(self, rollout_ids: list[str]) -> None:
+        """Cancel these rollouts, if they are running here."""
+        for rollout_id in rollout_ids:
+            task = self._running.get(rollout_id)
+            if task is not None:
+                task.cancel()
+
+    async def _run_one(self, item: Item) -> Reply | None:
+        executor = self._executor
+        if executor is None:
+            raise RuntimeError("RolloutActor.run_batch before a successful setup")
+        request, number, url, seed = item
+        context = RolloutContext(chat_completions_url=url, rollout_id=request.id, seed=seed)
+        task = asyncio.get_running_loop().create_task(
+            executor.run(Attempt(request, number, context), self._deadlines), name=request.id
+        )
+        self._running[request.id] = task
+        try:
+            result = await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the whole call is being cancelled
+            return None  # this rollout alone was cancelled
+        finally:
+            self._running.pop(request.id, None)
+        files, omitted = await self._collect(request.id)
+        return result.outcome, result.workflow_ms, result.grader_ms, files, omitted
+
+    async def _collect(self, rollout_id: str) -> tuple[dict[str, bytes], tuple[str, ...]]:
+        """The artifacts a rollout wrote (to travel back), its directory then removed."""
+        if not self._ship or self._root is None:
+            return {}, ()
+        where = self._root / rollout_id
+        try:
+            with os.scandir(where / ARTIFACTS) as entries:
+                empty = next(entries, None) is None
+        except OSError:
+            return {}, ()
+        if empty:  # the common case: two system calls, on the loop
+            try:
+                os.rmdir(where / ARTIFACTS)
+                os.rmdir(where)
+            except OSError:
+                shutil.rmtree(where, ignore_errors=True)
+            return {}, ()
+        return await asyncio.to_thread(_gather, where)
+
+
+def _scratch() -> str | None:
+    """Where an actor's rollouts write artifacts until they travel back: RAM when it can.
+
+    Making and removing two directories per rollout costs a millisecond or more on a busy disk
+    (more than the rollout itself for short ones) and microseconds on tmpfs. ``/dev/shm`` is
+    used when it has ``SCRATCH_RAM_FREE`` bytes free; else the system's temporary folder.
+    """
+    try:
+        stat = os.statvfs(SHM)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    return SHM if free >= SCRATCH_RAM_FREE and os.access(SHM, os.W_OK) else None
+
+
+def _gather(where: Path) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """Read the files under ``where/artifacts`` up to ``ARTIFACTS_CAP``, then remove ``where``."""
+    root = where / ARTIFACTS
+    files: dict[str, bytes] = {}
+    omitted: list[str] = []
+    total = 0
+    try:
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            name = path.relative_to(root).as_posix()
+            size = path.stat().st_size
+            if total + size > ARTIFACTS_CAP:
+                omitted.append(name)
+                continue
+            files[name] = path.read_bytes()
+            total += size
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    return files, tuple(omitted)
+
+
+def _check_probe(path: str, token: str) -> str | None:
+    """Whether this node sees the driver's probe file, with its token, at the same path."""
+    try:
+        seen = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        return (
+            f"--ray-shared-fs: node {socket.gethostname()} cannot read {path} "
+            f"({exc.strerror or exc}): the run directory is not on a file system the workers "
+            "share at the same path; drop --ray-shared-fs to ship artifacts back instead"
+        )
+    if seen != token:
+        return (
+            f"--ray-shared-fs: node {socket.gethostname()} sees another file at {path}: the run "
+            "directory is not shared at the same path; drop --ray-shared-fs to ship artifacts "
+            "back instead"
+        )
+    return None
