@@ -427,8 +427,9 @@ def _usage(usage: Any) -> dict[str, float] | None:
     out: dict[str, float] = {}
     for key, short in _USAGE_KEYS.items():
         value = data.get(key)
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if number and math.isfinite(value) and (value or short not in _ONLY_IF_ANY):
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            continue
+        if math.isfinite(value) and (value or short not in _ONLY_IF_ANY):
             out[short] = value
     return out or None
 
