@@ -706,7 +706,7 @@ FLAT_NAMES = {
     ],
     "execution": [
         "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
-        "api_key",
+        "api_key", "server", "server_api_key",
     ],
     "output": ["out", "runs_dir", "fresh", "retry_failed", "jsonl", "no_messages"],
     "after": [

@@ -1,17 +1,33 @@
 """What runs an attempt behind the engine's seam (``osmosis_run.run.seam``).
 
-``local`` runs the user's classes in this process (``LocalBackend``); ``fake`` answers attempts
-from a function, for tests of the engine. ``executor_for(plan)`` picks the one a plan asks for.
+``local`` runs the user's classes in this process (``LocalBackend``); ``remote`` has a rollout
+server run them (``--server URL``, needs httpx: ``osmosis-run[remote]``); ``fake`` answers
+attempts from a function, for tests of the engine. ``executor_for(plan)`` picks the one a plan
+asks for.
 """
 
 from __future__ import annotations
 
 from osmosis_run.backends.local import LocalExecutor
+from osmosis_run.errors import ConfigError
 from osmosis_run.run.plan import Plan
+from osmosis_run.run.seam import Executor
 
 __all__ = ["executor_for"]
 
 
-def executor_for(plan: Plan) -> LocalExecutor:
-    """The executor of a plan: today the in-process one."""
+def executor_for(plan: Plan) -> Executor:
+    """The executor of a plan: a rollout server's with ``--server``, else the in-process one.
+
+    Raises:
+        ConfigError: ``--server`` without httpx installed.
+    """
+    if plan.settings.execution.server is not None:
+        try:
+            from osmosis_run.backends.remote import RemoteExecutor
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f'--server needs {exc.name}: pip install "osmosis-run[remote]"'
+            ) from None
+        return RemoteExecutor.from_plan(plan)
     return LocalExecutor.from_plan(plan)

@@ -29,6 +29,7 @@ class LocalExecutor:
     def from_plan(cls, plan: Plan) -> LocalExecutor:
         """The executor of a plan's components, writing artifacts into its run directory."""
         parts = plan.components
+        assert parts is not None, "a plan with --server runs on the server (RemoteExecutor)"
         return cls(
             LocalBackend(
                 workflow=parts.workflow,

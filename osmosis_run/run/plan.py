@@ -30,7 +30,8 @@ class Plan:
         settings: every option, resolved.
         dataset: the dataset path, or ``-`` for stdin.
         selection: which rows the run takes.
-        components: the user's classes and config instances, loaded.
+        components: the user's classes and config instances, loaded (None with ``--server``:
+            the rollout server runs its own).
         fingerprint: what the run is made from (a resume with other inputs is refused).
         run_dir: the run directory.
         planned: rollouts the run holds (None for a stream, whose rows are not counted ahead).
@@ -40,7 +41,7 @@ class Plan:
     settings: EvalSettings
     dataset: str
     selection: Selection
-    components: Components
+    components: Components | None
     fingerprint: Mapping[str, Any]
     run_dir: Path
     planned: int | None
@@ -56,8 +57,13 @@ def prepare(settings: EvalSettings) -> Plan:
     """
     dataset = check_inputs(settings)
     selection = selection_of(settings)
-    components = load_components(settings)
-    fingerprint = build_fingerprint(settings, selection, components.workflow, components.grader)
+    components = None if settings.execution.server else load_components(settings)
+    fingerprint = build_fingerprint(
+        settings,
+        selection,
+        components.workflow if components else None,
+        components.grader if components else None,
+    )
     run_dir = (
         Path(settings.output.out) if settings.output.out else default_run_dir(settings, fingerprint)
     )
@@ -73,12 +79,12 @@ def prepare(settings: EvalSettings) -> Plan:
     )
 
 
-def _concurrency(settings: EvalSettings, components: Components) -> int | None:
+def _concurrency(settings: EvalSettings, components: Components | None) -> int | None:
     """``--concurrency`` (``UNLIMITED``: no limit), else the workflow config's, else the default."""
     if settings.execution.concurrency == UNLIMITED:
         return None
     if settings.execution.concurrency is not None:
         return settings.execution.concurrency
-    if components.workflow_config is not None:
+    if components is not None and components.workflow_config is not None:
         return components.workflow_config.concurrency.max_concurrent
     return DEFAULT_MAX_CONCURRENT
