@@ -26,6 +26,10 @@ What can go wrong, and what it becomes:
 - a server that answers outside the protocol, or refuses the key mid-run, is an
   ``InfrastructureError``; a request it refuses (422) is that rollout's ``validation_error``.
 
+osmosis-ai's server reports a rollout whose grader did not apply (no grader, or a row with no
+label and no metadata) as a bare failure (no message, no category, no sample); it is recorded as
+what an in-process eval makes of it, an ungraded success, though without its transcript.
+
 The wire result carries no trajectory messages and no artifacts: the trajectory is written
 from the sample's messages, and result.json says where the artifacts are
 (``Artifacts(unavailable=...)``). ``workflow_ms`` runs from admission to the first sight of
@@ -459,6 +463,13 @@ def _reply(
         InfrastructureError: the body is not a ``RolloutResultResponse``.
     """
     status, category = wire.get("status"), wire.get("err_category")
+    if (
+        status == "failure"
+        and not wire.get("sample")
+        and not category
+        and not wire.get("err_message")
+    ):  # osmosis-ai's word for a grader that did not apply: an ungraded success, as here
+        status = "success"
     if status == "cancelled":
         raise AttemptLost(f"rollout {remote_id} was cancelled on the server")
     if category == RolloutErrorCategory.LEASE_EXPIRED:
