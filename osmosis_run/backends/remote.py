@@ -43,10 +43,11 @@ import asyncio
 import contextlib
 import math
 import secrets
+import ssl
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
@@ -57,6 +58,7 @@ from osmosis_run.errors import ConfigError, InfrastructureError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import timed_out
 from osmosis_run.run.seam import Artifacts, Attempt, AttemptLost, AttemptResult, Deadlines
+from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
 from osmosis_run.sdk.types import (
     ExecutionOutcome,
     ExecutionResult,
@@ -83,6 +85,12 @@ DEADLINE_MARGIN_S = 30.0
 # A cancellation has this long to reach the server (a stop gives rollouts 2 s to end).
 CANCEL_TIMEOUT_S = 1.5
 HEALTH_TIMEOUT_S = 10.0
+# Rollouts in flight when neither --concurrency nor the server's health says (as in-process).
+DEFAULT_LIMIT = DEFAULT_MAX_CONCURRENT
+# The connections are split among clients, one per SHARD_SIZE rollouts in flight: what
+# httpcore's pool spends on a request grows with the square of the requests it holds.
+SHARD_SIZE = 8
+MAX_SHARDS = 64
 _FINAL = frozenset({"success", "failure", "cancelled"})
 
 
@@ -113,6 +121,8 @@ class RemoteExecutor:
         url: the server's base URL (``http://host:port``, maybe with a path prefix).
         api_key: sent as ``Authorization: Bearer`` on every request (None: no header).
         retry_delays_s: pauses between retries of a transport error or a 502/503/504.
+        in_flight: rollouts the run keeps in flight: a count, ``"unlimited"``, or None (the
+            executor's ``limit``); it decides how many shards the connections are split in.
     """
 
     def __init__(
@@ -121,12 +131,16 @@ class RemoteExecutor:
         *,
         api_key: str | None = None,
         retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S,
+        in_flight: int | Literal["unlimited"] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.retry_delays_s = retry_delays_s
+        self.in_flight = in_flight
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = headers
-        self._http: httpx.AsyncClient | None = None
+        self._shards: list[httpx.AsyncClient] = []
+        self._verify: ssl.SSLContext | bool = True
+        self._turn = 0
         self._limit: int | None = None
 
     @classmethod
@@ -134,12 +148,16 @@ class RemoteExecutor:
         """The executor of a plan with ``--server``."""
         execution = plan.settings.execution
         assert execution.server is not None
-        return cls(execution.server, api_key=execution.server_api_key_value())
+        return cls(
+            execution.server,
+            api_key=execution.server_api_key_value(),
+            in_flight=execution.concurrency and (plan.concurrency or "unlimited"),
+        )
 
     @property
     def limit(self) -> int | None:
-        """The server's ``max_concurrent`` (its /health), else 4."""
-        return self._limit or 4
+        """The server's ``max_concurrent`` (its /health), else ``DEFAULT_LIMIT``."""
+        return self._limit or DEFAULT_LIMIT
 
     @property
     def local_artifacts(self) -> bool:
@@ -156,19 +174,28 @@ class RemoteExecutor:
             ConfigError: a wrong URL, a refused connection, a refused key, not a rollout
                 server, or one shutting down (exit code 2, nothing ran).
         """
-        self._http = httpx.AsyncClient(
+        # One TLS context for every shard (loading the CA bundle costs ~0.1 s); none for http.
+        self._verify = httpx.create_ssl_context() if self.url.startswith("https:") else False
+        self._shards = [self._pool()]
+        try:
+            health = await self._health()
+        finally:
+            await self.close()
+        self._limit = _max_concurrent(health)
+        in_flight = self.in_flight if self.in_flight is not None else self._limit or DEFAULT_LIMIT
+        shards = MAX_SHARDS if in_flight == "unlimited" else -(-in_flight // SHARD_SIZE)
+        self._shards = [self._pool() for _ in range(min(shards, MAX_SHARDS))]
+
+    def _pool(self) -> httpx.AsyncClient:
+        """One shard of the connections: it keeps a few more alive than its share of rollouts."""
+        return httpx.AsyncClient(
             base_url=self.url,
             headers=self._headers,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            verify=self._verify,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=SHARD_SIZE + 2),
             timeout=httpx.Timeout(30.0, connect=HEALTH_TIMEOUT_S),
             follow_redirects=False,
         )
-        try:
-            health = await self._health()
-        except BaseException:
-            await self.close()
-            raise
-        self._limit = _max_concurrent(health)
 
     async def _health(self) -> dict[str, Any]:
         where = f"--server {self.url}"
@@ -201,14 +228,16 @@ class RemoteExecutor:
 
     async def close(self) -> None:
         """Close the connections."""
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.aclose()
+        shards, self._shards = self._shards, []
+        for shard in shards:
+            await shard.aclose()
 
     @property
     def _client(self) -> httpx.AsyncClient:
-        assert self._http is not None, "RemoteExecutor.open() was not awaited"
-        return self._http
+        """The next shard, in turn (requests spread evenly over them)."""
+        assert self._shards, "RemoteExecutor.open() was not awaited"
+        self._turn = (self._turn + 1) % len(self._shards)
+        return self._shards[self._turn]
 
     async def run(self, attempt: Attempt, deadlines: Deadlines) -> AttemptResult:
         """Admit the attempt, long-poll its result; cancel it on the server if cancelled."""
@@ -331,11 +360,11 @@ class RemoteExecutor:
 
     async def _cancel(self, remote_id: str) -> None:
         """Ask the server to cancel a rollout; best effort, within ``CANCEL_TIMEOUT_S``."""
-        if self._http is None:
+        if not self._shards:
             return
         with contextlib.suppress(httpx.HTTPError, TimeoutError):
             async with asyncio.timeout(CANCEL_TIMEOUT_S):
-                await self._http.post(
+                await self._client.post(
                     "/rollout/cancel", json={"ids": [remote_id]}, timeout=CANCEL_TIMEOUT_S
                 )
 
