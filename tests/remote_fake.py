@@ -261,8 +261,8 @@ def listening_socket(port: int = 0) -> socket.socket:
 
 
 @contextlib.contextmanager
-def served(app: ProtocolServer) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port, in a thread; yield its URL."""
+def served(app: Any) -> Iterator[str]:
+    """Serve an ASGI ``app`` with uvicorn on a free loopback port, in a thread; yield its URL."""
     sock = listening_socket()
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
