@@ -447,3 +447,11 @@ def test_a_server_killed_mid_run_stops_the_run_and_it_resumes(tmp_path: Path) ->
     lines = results(tmp_path / "run")
     assert sorted(line.rollout_id for line in lines) == sorted(f"r{i}.s0" for i in range(40))
     assert {line.status for line in lines} == {"success"}
+
+
+def test_a_dry_run_with_a_server_reads_the_rows_and_runs_nothing(cli: Cli, tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [{"id": "r", "prompt": "a"}, "{not json"])
+    dry = cli("eval", str(data), "--server", f"http://127.0.0.1:{free_port()}", "--dry-run")
+    assert dry.exit_code == 2  # the dataset's problem, not the workflow the server holds
+    assert dry.output.splitlines()[-1] == f"{data}: 2 rows, 1 invalid"
+    assert not (tmp_path / "runs").exists()
