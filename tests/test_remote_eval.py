@@ -370,7 +370,8 @@ def test_ctrl_c_cancels_the_rollouts_on_the_server_and_the_resume_is_exact(
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     args = [str(data), "--server", url, "--out", "run", "-c", "3"]
     child = eval_process(*args, cwd=tmp_path)
-    wait_for(lambda: app.active() == 3)
+    # r0 and r1 recorded, r2-r4 waiting at the gate on the server
+    wait_for(lambda: len(results(tmp_path / "run")) == 2 and app.active() == 3)
     child.send_signal(signal.SIGINT)
     _, stderr = child.communicate(timeout=30)
     assert child.returncode == 130, stderr

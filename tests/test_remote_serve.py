@@ -127,7 +127,8 @@ def test_ctrl_c_cancels_on_osmosis_runs_server_and_the_resume_is_exact(
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     args = [str(data), "--server", url, "--out", "run", "-c", "3"]
     child = eval_process(*args, cwd=tmp_path)
-    wait_for(lambda: len(service.table.in_flight()) == 3)
+    # r0 and r1 recorded, r2-r4 waiting at the gate on the server
+    wait_for(lambda: len(results(tmp_path / "run")) == 2 and len(service.table.in_flight()) == 3)
     child.send_signal(signal.SIGINT)
     _, stderr = child.communicate(timeout=30)
     assert child.returncode == 130, stderr
