@@ -58,6 +58,7 @@ class ProtocolServer:
         capacity: int | None = None,
         retry_after: str = "0.05",
         max_concurrent: int | None = 4,
+        enforce_timeouts: bool = True,
     ) -> None:
         self.backend = backend
         self.api_key = api_key
@@ -66,6 +67,7 @@ class ProtocolServer:
         self.capacity = capacity
         self.retry_after = retry_after
         self.max_concurrent = max_concurrent
+        self.enforce_timeouts = enforce_timeouts
         self.rollouts: dict[str, _Rollout] = {}
         self.posts: list[dict[str, Any]] = []
         self.cancels: list[dict[str, Any]] = []
@@ -161,6 +163,7 @@ class ProtocolServer:
             grade=body.get("grade", True),
         )
         budget = (request.agent_timeout_sec or 0) + (request.grader_timeout_sec or 0)
+        budget = budget if self.enforce_timeouts else 0
         try:
             async with asyncio.timeout(budget or None):
                 outcome = await self.backend.execute(request)

@@ -456,3 +456,23 @@ def test_a_dry_run_with_a_server_reads_the_rows_and_runs_nothing(cli: Cli, tmp_p
     assert dry.exit_code == 2  # the dataset's problem, not the workflow the server holds
     assert dry.output.splitlines()[-1] == f"{data}: 2 rows, 1 invalid"
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_whole_attempt_is_bounded_even_by_a_server_that_ignores_its_timeouts(
+    cli: Cli, tmp_path: Path, server: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from osmosis_run.backends import remote
+
+    monkeypatch.setattr(remote, "DEADLINE_MARGIN_S", 0.2)
+    url, app = server(enforce_timeouts=False)
+    rows = [
+        {"id": "r", "prompt": "a", "ground_truth": "a", "metadata": {"kind": "sleep", "sleep": 30}}
+    ]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    started = time.monotonic()
+    done = cli("eval", str(data), "--server", url, "--out", "run", "--agent-timeout", "0.3")
+    assert time.monotonic() - started < 10
+    assert done.exit_code == 3
+    [line] = results(tmp_path / "run")
+    assert (line.status, line.error_message) == ("timeout", "rollout exceeded its 0.5s deadline")
+    wait_for(lambda: app.cancelled_running == ["r.s0"], 5)  # and it was cancelled there
