@@ -433,8 +433,7 @@ def test_a_server_killed_mid_run_stops_the_run_and_it_resumes(tmp_path: Path) ->
     _, stderr = child.communicate(timeout=60)
     assert child.returncode == 4, stderr
     assert [line for line in stderr.splitlines() if line.startswith("error:")] == [
-        f"error: rollout server {url} unreachable (POST /rollout: ConnectError: All connection "
-        "attempts failed)"
+        f"error: rollout server {url} unreachable (POST /rollout: ConnectError: Connection refused)"
     ]
     kept = results(tmp_path / "run")
     assert 3 <= len(kept) < 40
@@ -476,3 +475,21 @@ def test_the_whole_attempt_is_bounded_even_by_a_server_that_ignores_its_timeouts
     [line] = results(tmp_path / "run")
     assert (line.status, line.error_message) == ("timeout", "rollout exceeded its 0.5s deadline")
     wait_for(lambda: app.cancelled_running == ["r.s0"], 5)  # and it was cancelled there
+
+
+def test_behind_a_proxy_setting_eval_goes_through_httpx_and_gives_the_same_results(
+    cli: Cli,
+    tmp_path: Path,
+    server: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, _ = server()
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # httpx honours NO_PROXY for loopback
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    data = write_jsonl(tmp_path / "d.jsonl", mixed_rows())
+    common = [str(data), "--agent-timeout", "1"]
+    here = cli("eval", *common, *FLOWS, "--out", "here")
+    there = cli("eval", *common, "--server", url, "--out", "there")
+    assert (here.exit_code, there.exit_code) == (3, 3)
+    assert verdicts(tmp_path / "there") == verdicts(tmp_path / "here")
+    assert len(results(tmp_path / "there")) == 6

@@ -185,8 +185,7 @@ def test_osmosis_run_serve_killed_mid_run_stops_the_run_and_it_resumes(tmp_path:
     _, stderr = child.communicate(timeout=60)
     assert child.returncode == 4, stderr
     assert [line for line in stderr.splitlines() if line.startswith("error:")] == [
-        f"error: rollout server {url} unreachable (POST /rollout: ConnectError: All connection "
-        "attempts failed)"
+        f"error: rollout server {url} unreachable (POST /rollout: ConnectError: Connection refused)"
     ]
     second = serve_process(port, tmp_path, "served-2")
     try:
