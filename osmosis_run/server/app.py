@@ -16,8 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -49,6 +50,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+T = TypeVar("T", bound=BaseModel)
 _JSON = "application/json"
 _LEASE_KEY = LEASE_HEADER.lower()
 
@@ -150,10 +152,7 @@ def _routes(service: RolloutService) -> list[Route]:
 
     async def rollout(request: Request) -> Response:
         try:
-            body = parse_body(
-                RolloutInitRequest, await request.body(), request.headers.get("content-type")
-            )
-            return _json(202, service.admit(body))
+            return _json(202, service.admit(await _body(RolloutInitRequest, request)))
         except ProtocolError as exc:
             return _error(exc)
 
@@ -169,19 +168,32 @@ def _routes(service: RolloutService) -> list[Route]:
 
     async def cancel(request: Request) -> Response:
         try:
-            body = parse_body(
-                CancelRolloutsRequest, await request.body(), request.headers.get("content-type")
-            )
-            return _json(200, service.cancel(body))
+            return _json(200, service.cancel(await _body(CancelRolloutsRequest, request)))
         except ProtocolError as exc:
             return _error(exc)
 
-    return [
-        Route("/health", health, methods=["GET"]),
-        Route("/rollout", rollout, methods=["POST"]),
-        Route("/rollout/cancel", cancel, methods=["POST"]),
-        Route("/rollout/{rollout_id}/result", result, methods=["GET"]),
-    ]
+    return _get_alone(
+        [
+            Route("/health", health, methods=["GET"]),
+            Route("/rollout", rollout, methods=["POST"]),
+            Route("/rollout/cancel", cancel, methods=["POST"]),
+            Route("/rollout/{rollout_id}/result", result, methods=["GET"]),
+        ]
+    )
+
+
+def _get_alone(routes: list[Route]) -> list[Route]:
+    """FastAPI's GET routes answer GET alone (405 to HEAD); Starlette's add HEAD."""
+    for route in routes:
+        if route.methods is not None:
+            route.methods.discard("HEAD")
+    return routes
+
+
+async def _body(model: type[T], request: Request) -> T:
+    body = await request.body()
+    parsed: T = parse_body(model, body, request.headers.get("content-type"))
+    return parsed
 
 
 async def _poll(service: RolloutService, rollout_id: str, token: str, receive: Receive) -> bytes:

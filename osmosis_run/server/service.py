@@ -32,7 +32,7 @@ from osmosis_run._json import encode
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
 from osmosis_run.results.metrics import MetricsAccumulator
-from osmosis_run.results.records import Summary
+from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.run.dataset import Row
 from osmosis_run.run.fingerprint import source_hash
 from osmosis_run.run.rollouts import (
@@ -41,6 +41,7 @@ from osmosis_run.run.rollouts import (
     result_line,
     rollout_seed,
     trajectory_document,
+    unwritable,
 )
 from osmosis_run.run.scheduler import ABANDON_GRACE_S, TICK_S, within_deadline
 from osmosis_run.run.seam import Attempt, AttemptResult
@@ -450,12 +451,10 @@ class RolloutService:
         if outcome.result.status == RolloutStatus.CANCELLED:
             line = line.model_copy(update={"error_category": CANCELLED})
         try:
-            raw = _encode_line(line)
-            doc = result_document(job, line, outcome, request, timings)
-            trajectory = trajectory_document(line, outcome, extra=extra)
-        except ValueError as exc:  # output JSON cannot hold: recorded without it
-            logger.warning("rollout %s: cannot record its output: %s", job.rollout_id, exc)
-            return
+            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
+        except ValueError as exc:  # output JSON cannot hold: this rollout's validation_error
+            line, outcome = unwritable(line, outcome, exc)
+            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
         try:
             self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
         except InfrastructureError as exc:
@@ -463,6 +462,24 @@ class RolloutService:
             return
         self._metrics.add(line)
         self._schedule_hand_off()
+
+    @staticmethod
+    def _documents(
+        job: Job,
+        line: ResultLine,
+        outcome: ExecutionOutcome,
+        request: ExecutionRequest | None,
+        timings: dict[str, float | None] | None,
+        extra: dict[str, Any] | None,
+    ) -> tuple[bytes, bytes, bytes | None]:
+        """The results line, result.json and trajectory.json of a rollout.
+
+        Raises:
+            ValueError: the rollout's output holds a value JSON cannot hold.
+        """
+        raw = encode(line.__dict__)
+        doc = result_document(job, line, outcome, request, timings)
+        return raw, doc, trajectory_document(line, outcome, extra=extra)
 
     def _schedule_hand_off(self) -> None:
         if self.store.pending and self._hand_timer is None:
@@ -585,7 +602,3 @@ def _crashed(exc: BaseException) -> ExecutionOutcome:
             extra_fields={"stage": "server", "error_type": type(exc).__name__},
         )
     )
-
-
-def _encode_line(line: Any) -> bytes:
-    return encode(line.__dict__)
