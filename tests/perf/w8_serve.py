@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -102,8 +103,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
 
 async def _drive(url: str, rollouts: int, prefix: str) -> tuple[float, int]:
     import httpx
-    from osmosis_ai.rollout.client import RolloutClient
 
+    # Imported by name: this module type-checks where osmosis-ai is not installed.
+    RolloutClient = importlib.import_module("osmosis_ai.rollout.client").RolloutClient  # noqa: N806
     limits = httpx.Limits(
         max_connections=CONCURRENCY + 8, max_keepalive_connections=CONCURRENCY + 8
     )
