@@ -105,7 +105,7 @@ async def _drive(url: str, rollouts: int, prefix: str) -> tuple[float, int]:
     import httpx
 
     # Imported by name: this module type-checks where osmosis-ai is not installed.
-    RolloutClient = importlib.import_module("osmosis_ai.rollout.client").RolloutClient  # noqa: N806
+    RolloutClient = importlib.import_module("osmosis_ai.rollout.client").RolloutClient
     limits = httpx.Limits(
         max_connections=CONCURRENCY + 8, max_keepalive_connections=CONCURRENCY + 8
     )
