@@ -279,6 +279,14 @@ class RolloutService:
             "accepting_rollouts": self.accepting,
             "active_rollouts": self.active,
         }
+        table = self.table
+        payload["rollouts"] = {  # what the server holds: bounded by in flight + retention
+            "held": len(table.entries),
+            "leases": table.leases,
+            "timers": table.timers,
+            "polls_waiting": table.waiting,
+            "admitted": self._admitted,
+        }
         return dumps(payload)
 
     def _entry(self, rollout_id: str, token: str) -> Entry:
