@@ -23,6 +23,7 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -224,11 +225,16 @@ class RolloutService:
         )
 
     async def poll(
-        self, rollout_id: str, token: str, *, gone: asyncio.Future[None] | None = None
+        self,
+        rollout_id: str,
+        token: str,
+        *,
+        gone: Callable[[], asyncio.Future[None]] | None = None,
     ) -> bytes:
         """One long-poll: renew the lease, wait for a status change, answer.
 
-        ``gone`` resolves when the client hangs up: the poll stops waiting.
+        ``gone``, called when the poll is about to wait, gives a future that resolves when the
+        client hangs up: the poll stops waiting then.
 
         Raises:
             ProtocolError: 404 unknown rollout, 403 wrong lease.
@@ -240,7 +246,9 @@ class RolloutService:
             self._lease_expired(entry)
         if entry.body is not None:
             return entry.body
-        await self.table.wait_for_change(entry, self.result_wait_s, gone=gone)
+        await self.table.wait_for_change(
+            entry, self.result_wait_s, gone=gone() if gone is not None else None
+        )
         entry = self._entry(rollout_id, token)
         if entry.body is not None:
             return entry.body
