@@ -32,8 +32,23 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 URL = "http://127.0.0.1:9/v1"
 
 
+class Server:
+    """A running ``osmosis-run serve``: its URL and run directory; ``stop()`` with SIGINT."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, out: Path) -> None:
+        self.proc, self.url, self.out = proc, url, out
+
+    def stop(self) -> Path:
+        """Stop it (exit code 0); its run directory then holds everything it served."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0
+        return self.out
+
+
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+def server(tmp_path: Path) -> Iterator[Server]:
     """``osmosis-run serve`` of the test flows, with an API key; stopped with SIGINT."""
     port = free_port()
     out = tmp_path / "served"
@@ -61,20 +76,19 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     assert proc.stderr.readline().startswith("osmosis-run serve: listening on")
+    running = Server(proc, f"http://127.0.0.1:{port}", out)
     try:
-        yield f"http://127.0.0.1:{port}", out
+        yield running
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
-        assert proc.returncode == 0
+        running.stop()
 
 
 def _client(url: str) -> Any:
     return RolloutClient(url=url, api_key=KEY, admission_timeout_sec=10)
 
 
-def test_the_sdk_client_runs_a_rollout(server: tuple[str, Path]) -> None:
-    url, out = server
+def test_the_sdk_client_runs_a_rollout(server: Server) -> None:
+    url = server.url
 
     async def main() -> Any:
         client = _client(url)
@@ -89,14 +103,13 @@ def test_the_sdk_client_runs_a_rollout(server: tuple[str, Path]) -> None:
     assert str(result.status) == "success"
     assert result.sample.reward == 1.0
     assert [m["content"] for m in result.sample.messages] == ["hi", "HI"]
+    out = server.stop()  # a result is on the wire before the writer has written it
     trajectory = json.loads((out / "rollouts" / "one" / "trajectory.json").read_text())
     assert trajectory["extra"]["osmosis"]["request_extra_fields"] == {"step": 3}
 
 
-def test_the_sdk_handle_sees_running_then_grading_then_the_result(
-    server: tuple[str, Path],
-) -> None:
-    url, _ = server
+def test_the_sdk_handle_sees_running_then_grading_then_the_result(server: Server) -> None:
+    url = server.url
 
     async def main() -> tuple[str, str, Any]:
         client = _client(url)
@@ -116,8 +129,8 @@ def test_the_sdk_handle_sees_running_then_grading_then_the_result(
     assert str(result.status) == "success"
 
 
-def test_the_sdk_client_cancels_and_waits_idle(server: tuple[str, Path]) -> None:
-    url, out = server
+def test_the_sdk_client_cancels_and_waits_idle(server: Server) -> None:
+    url = server.url
 
     async def main() -> tuple[Any, Any, dict[str, Any]]:
         client = _client(url)
@@ -143,6 +156,7 @@ def test_the_sdk_client_cancels_and_waits_idle(server: tuple[str, Path]) -> None
     assert str(result.status) == "cancelled"
     assert result.err_message == "cancelled"
     assert idle["lifecycle"] == {"accepting_rollouts": True, "active_rollouts": 0}
+    out = server.stop()
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert sorted((x["rollout_id"], x["status"]) for x in lines) == [
         ("doomed", "failure"),
@@ -153,8 +167,8 @@ def test_the_sdk_client_cancels_and_waits_idle(server: tuple[str, Path]) -> None
     ]
 
 
-def test_the_sdk_client_without_the_key_is_refused(server: tuple[str, Path]) -> None:
-    url, _ = server
+def test_the_sdk_client_without_the_key_is_refused(server: Server) -> None:
+    url = server.url
     protocol_error = client_module.RolloutProtocolError
 
     async def main() -> int:
