@@ -16,8 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -49,7 +50,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+T = TypeVar("T", bound=BaseModel)
 _JSON = "application/json"
+_JSON_BYTES = _JSON.encode()
 _LEASE_KEY = LEASE_HEADER.lower()
 
 
@@ -144,55 +147,121 @@ def create_rollout_server(
     return app
 
 
+Answer = tuple[int, bytes, dict[str, str] | None]
+
+
 def _routes(service: RolloutService) -> list[Route]:
-    async def health(_request: Request) -> Response:
-        return _json(200, service.health())
+    """The protocol's four routes, as plain ASGI endpoints (no Request/Response objects)."""
 
-    async def rollout(request: Request) -> Response:
-        try:
-            body = parse_body(
-                RolloutInitRequest, await request.body(), request.headers.get("content-type")
-            )
-            return _json(202, service.admit(body))
-        except ProtocolError as exc:
-            return _error(exc)
+    async def health(_scope: Scope, _receive: Receive) -> Answer:
+        return 200, service.health(), None
 
-    async def result(request: Request) -> Response:
-        token = request.headers.get(_LEASE_KEY)
+    async def rollout(scope: Scope, receive: Receive) -> Answer:
+        body = await _body(RolloutInitRequest, scope, receive)
+        return 202, service.admit(body), None
+
+    async def result(scope: Scope, receive: Receive) -> Answer:
+        token = _header(scope, _LEASE_KEY)
         if not token:
-            return _lease_missing(token)
-        rollout_id = request.path_params["rollout_id"]
-        try:
-            return _json(200, await _poll(service, rollout_id, token, request.receive))
-        except ProtocolError as exc:
-            return _error(exc)
+            return 422, _lease_missing(token), None
+        rollout_id = scope["path_params"]["rollout_id"]
+        return 200, await _poll(service, rollout_id, token, receive), None
 
-    async def cancel(request: Request) -> Response:
-        try:
-            body = parse_body(
-                CancelRolloutsRequest, await request.body(), request.headers.get("content-type")
-            )
-            return _json(200, service.cancel(body))
-        except ProtocolError as exc:
-            return _error(exc)
+    async def cancel(scope: Scope, receive: Receive) -> Answer:
+        return 200, service.cancel(await _body(CancelRolloutsRequest, scope, receive)), None
 
-    return [
-        Route("/health", health, methods=["GET"]),
-        Route("/rollout", rollout, methods=["POST"]),
-        Route("/rollout/cancel", cancel, methods=["POST"]),
-        Route("/rollout/{rollout_id}/result", result, methods=["GET"]),
-    ]
+    return _get_alone(
+        [
+            Route("/health", _Endpoint(health), methods=["GET"]),
+            Route("/rollout", _Endpoint(rollout), methods=["POST"]),
+            Route("/rollout/cancel", _Endpoint(cancel), methods=["POST"]),
+            Route("/rollout/{rollout_id}/result", _Endpoint(result), methods=["GET"]),
+        ]
+    )
+
+
+class _Endpoint:
+    """An ASGI endpoint answering JSON: ``handle`` gives the status, the body and headers."""
+
+    def __init__(self, handle: Callable[[Scope, Receive], Awaitable[Answer]]) -> None:
+        self.handle = handle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            status, body, headers = await self.handle(scope, receive)
+        except ProtocolError as exc:
+            status, body, headers = exc.status, dumps({"detail": exc.detail}), exc.headers
+        except _Disconnected:
+            return
+        await _send_json(send, status, body, headers)
+
+
+async def _send_json(
+    send: Send, status: int, body: bytes, headers: dict[str, str] | None = None
+) -> None:
+    raw = [(b"content-length", str(len(body)).encode()), (b"content-type", _JSON_BYTES)]
+    if headers:
+        raw.extend((name.lower().encode(), value.encode()) for name, value in headers.items())
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Disconnected(Exception):
+    """The client hung up before its request body arrived: nothing to answer."""
+
+
+def _get_alone(routes: list[Route]) -> list[Route]:
+    """FastAPI's GET routes answer GET alone (405 to HEAD); Starlette's add HEAD."""
+    for route in routes:
+        if route.methods is not None:
+            route.methods.discard("HEAD")
+    return routes
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    key = name.encode("latin-1")
+    for header, value in scope["headers"]:
+        if header == key:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def _body(model: type[T], scope: Scope, receive: Receive) -> T:
+    """Read the whole request body and validate it as FastAPI would.
+
+    Raises:
+        ProtocolError: a 422.
+        _Disconnected: the client went away.
+    """
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    parsed: T = parse_body(model, body, _header(scope, "content-type"))
+    return parsed
 
 
 async def _poll(service: RolloutService, rollout_id: str, token: str, receive: Receive) -> bytes:
-    """A poll that stops waiting when its client disconnects."""
-    loop = asyncio.get_running_loop()
-    gone: asyncio.Future[None] = loop.create_future()
-    watcher = loop.create_task(_until_disconnect(receive, gone))
+    """A poll that stops waiting when its client disconnects (watched only while it waits)."""
+    watcher: asyncio.Task[None] | None = None
+
+    def gone() -> asyncio.Future[None]:
+        nonlocal watcher
+        loop = asyncio.get_running_loop()
+        hung_up: asyncio.Future[None] = loop.create_future()
+        watcher = loop.create_task(_until_disconnect(receive, hung_up))
+        return hung_up
+
     try:
         return await service.poll(rollout_id, token, gone=gone)
     finally:
-        watcher.cancel()
+        if watcher is not None:
+            watcher.cancel()
 
 
 async def _until_disconnect(receive: Receive, gone: asyncio.Future[None]) -> None:
@@ -202,7 +271,7 @@ async def _until_disconnect(receive: Receive, gone: asyncio.Future[None]) -> Non
         gone.set_result(None)
 
 
-def _lease_missing(token: str | None) -> Response:
+def _lease_missing(token: str | None) -> bytes:
     if token is None:
         error: dict[str, Any] = {
             "type": "missing",
@@ -218,20 +287,18 @@ def _lease_missing(token: str | None) -> Response:
             "input": token,
             "ctx": {"min_length": 1},
         }
-    return _json(422, dumps({"detail": [error]}))
-
-
-def _json(status: int, body: bytes, headers: dict[str, str] | None = None) -> Response:
-    return Response(body, status_code=status, media_type=_JSON, headers=headers)
-
-
-def _error(exc: ProtocolError) -> Response:
-    return _json(exc.status, dumps({"detail": exc.detail}), exc.headers or None)
+    return dumps({"detail": [error]})
 
 
 async def _http_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return _json(exc.status_code, dumps({"detail": exc.detail}), dict(exc.headers or {}) or None)
+    headers = dict(exc.headers or {}) or None
+    return Response(
+        dumps({"detail": exc.detail}),
+        status_code=exc.status_code,
+        media_type=_JSON,
+        headers=headers,
+    )
 
 
 class _BearerAuth:

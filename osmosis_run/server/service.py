@@ -23,6 +23,7 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from osmosis_run._json import encode
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
 from osmosis_run.results.metrics import MetricsAccumulator
-from osmosis_run.results.records import Summary
+from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.run.dataset import Row
 from osmosis_run.run.fingerprint import source_hash
 from osmosis_run.run.rollouts import (
@@ -41,6 +42,7 @@ from osmosis_run.run.rollouts import (
     result_line,
     rollout_seed,
     trajectory_document,
+    unwritable,
 )
 from osmosis_run.run.scheduler import ABANDON_GRACE_S, TICK_S, within_deadline
 from osmosis_run.run.seam import Attempt, AttemptResult
@@ -223,11 +225,16 @@ class RolloutService:
         )
 
     async def poll(
-        self, rollout_id: str, token: str, *, gone: asyncio.Future[None] | None = None
+        self,
+        rollout_id: str,
+        token: str,
+        *,
+        gone: Callable[[], asyncio.Future[None]] | None = None,
     ) -> bytes:
         """One long-poll: renew the lease, wait for a status change, answer.
 
-        ``gone`` resolves when the client hangs up: the poll stops waiting.
+        ``gone``, called when the poll is about to wait, gives a future that resolves when the
+        client hangs up: the poll stops waiting then.
 
         Raises:
             ProtocolError: 404 unknown rollout, 403 wrong lease.
@@ -239,7 +246,9 @@ class RolloutService:
             self._lease_expired(entry)
         if entry.body is not None:
             return entry.body
-        await self.table.wait_for_change(entry, self.result_wait_s, gone=gone)
+        await self.table.wait_for_change(
+            entry, self.result_wait_s, gone=gone() if gone is not None else None
+        )
         entry = self._entry(rollout_id, token)
         if entry.body is not None:
             return entry.body
@@ -277,6 +286,14 @@ class RolloutService:
         payload["lifecycle"] = {
             "accepting_rollouts": self.accepting,
             "active_rollouts": self.active,
+        }
+        table = self.table
+        payload["rollouts"] = {  # what the server holds: bounded by in flight + retention
+            "held": len(table.entries),
+            "leases": table.leases,
+            "timers": table.timers,
+            "polls_waiting": table.waiting,
+            "admitted": self._admitted,
         }
         return dumps(payload)
 
@@ -450,12 +467,10 @@ class RolloutService:
         if outcome.result.status == RolloutStatus.CANCELLED:
             line = line.model_copy(update={"error_category": CANCELLED})
         try:
-            raw = _encode_line(line)
-            doc = result_document(job, line, outcome, request, timings)
-            trajectory = trajectory_document(line, outcome, extra=extra)
-        except ValueError as exc:  # output JSON cannot hold: recorded without it
-            logger.warning("rollout %s: cannot record its output: %s", job.rollout_id, exc)
-            return
+            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
+        except ValueError as exc:  # output JSON cannot hold: this rollout's validation_error
+            line, outcome = unwritable(line, outcome, exc)
+            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
         try:
             self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
         except InfrastructureError as exc:
@@ -463,6 +478,24 @@ class RolloutService:
             return
         self._metrics.add(line)
         self._schedule_hand_off()
+
+    @staticmethod
+    def _documents(
+        job: Job,
+        line: ResultLine,
+        outcome: ExecutionOutcome,
+        request: ExecutionRequest | None,
+        timings: dict[str, float | None] | None,
+        extra: dict[str, Any] | None,
+    ) -> tuple[bytes, bytes, bytes | None]:
+        """The results line, result.json and trajectory.json of a rollout.
+
+        Raises:
+            ValueError: the rollout's output holds a value JSON cannot hold.
+        """
+        raw = encode(line.__dict__)
+        doc = result_document(job, line, outcome, request, timings)
+        return raw, doc, trajectory_document(line, outcome, extra=extra)
 
     def _schedule_hand_off(self) -> None:
         if self.store.pending and self._hand_timer is None:
@@ -585,7 +618,3 @@ def _crashed(exc: BaseException) -> ExecutionOutcome:
             extra_fields={"stage": "server", "error_type": type(exc).__name__},
         )
     )
-
-
-def _encode_line(line: Any) -> bytes:
-    return encode(line.__dict__)

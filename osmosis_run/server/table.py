@@ -123,7 +123,7 @@ class RolloutTable:
         """Forget a rollout at once (its admission failed)."""
         if self.entries.get(entry.rollout_id) is entry:
             del self.entries[entry.rollout_id]
-        self._leases.pop(entry.rollout_id, None)
+        self._drop_lease(entry)
 
     def get(self, rollout_id: str, token: str) -> Entry:
         """The rollout, once its lease token is checked (constant-time).
@@ -159,7 +159,7 @@ class RolloutTable:
         entry.status = status
         entry.body = body
         _wake(entry)
-        self._leases.pop(entry.rollout_id, None)
+        self._drop_lease(entry)
         loop = asyncio.get_running_loop()
         entry.retained_until = loop.time() + self.retention_s
         self._retained.append(entry)
@@ -199,6 +199,12 @@ class RolloutTable:
             if timer is not None:
                 timer.cancel()
         self._lease_timer = self._retention_timer = None
+
+    def _drop_lease(self, entry: Entry) -> None:
+        self._leases.pop(entry.rollout_id, None)
+        if not self._leases and self._lease_timer is not None:  # nothing left to watch
+            self._lease_timer.cancel()
+            self._lease_timer = None
 
     def _arm_leases(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._lease_timer is None and self._leases:

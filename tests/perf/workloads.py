@@ -183,6 +183,7 @@ class Bench:
             "W5": self.w5_startup,
             "W6": self.w6_resume,
             "W7": self.w7_remote,
+            "W8": self.w8_serve,
         }
 
     # -- running the two programs --------------------------------------------------------
@@ -596,3 +597,15 @@ class Bench:
             local_walls_s=[before.process.wall_s, after.process.wall_s],
             local_cpu_s=(before.process.cpu_s + after.process.cpu_s) / 2,
         )
+
+    def w8_serve(self) -> Line:
+        """W8 (tests/perf/w8_serve.py), run in the interop Python (osmosis-ai installed)."""
+        from .w8_serve import ROLLOUTS, interop_python
+
+        python = interop_python()
+        script = Path(__file__).with_name("w8_serve.py")
+        cmd = [python, str(script), "--rollouts", str(self.rows(ROLLOUTS))]
+        process = self._measure(cmd, "w8")
+        process.check("W8")
+        line: Line = json.loads(process.stdout.strip().splitlines()[-1])
+        return line
