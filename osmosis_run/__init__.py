@@ -18,6 +18,7 @@ sdk backend, and finished rollouts -> store.
     gateway/         the model gateway: per-rollout URLs, usage, pacing, call records, cache
     backends/        what runs an attempt behind the seam: in-process, a Ray actor pool (Ray is
                      imported for --backend ray only), and a fake for tests
+    server/          the rollout server: protocol, leases and retention, the app (extra "server")
     reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run
     cli/             the Typer app; the only place that imports typer and rich

@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("run",),
     ("gateway",),
     ("backends",),
+    ("server",),
     ("reports",),
     ("examples",),
     ("cli", "__main__"),

@@ -706,7 +706,7 @@ FLAT_NAMES = {
     ],
     "execution": [
         "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
-        "api_key",
+        "api_key", "server", "server_api_key",
         "backend", "ray_address", "ray_actors", "ray_actor_cpus", "ray_batch", "ray_shared_fs",
         "ray_ready_timeout",
     ],

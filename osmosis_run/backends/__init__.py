@@ -1,13 +1,15 @@
 """What runs an attempt behind the engine's seam (``osmosis_run.run.seam``).
 
-``local`` runs the user's classes in this process (``LocalBackend``); ``ray`` runs them on a pool
-of Ray actors (imported only for ``--backend ray``); ``fake`` answers attempts from a function,
-for tests of the engine. ``executor_for(plan)`` picks the one a plan asks for.
+``local`` runs the user's classes in this process (``LocalBackend``); ``remote`` has a rollout
+server run them (``--server URL``, needs httpx: ``osmosis-run[remote]``); ``ray`` runs them on a
+pool of Ray actors (imported only for ``--backend ray``); ``fake`` answers attempts from a
+function, for tests of the engine. ``executor_for(plan)`` picks the one a plan asks for.
 """
 
 from __future__ import annotations
 
 from osmosis_run.backends.local import LocalExecutor
+from osmosis_run.errors import ConfigError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Executor
 
@@ -15,11 +17,20 @@ __all__ = ["executor_for"]
 
 
 def executor_for(plan: Plan) -> Executor:
-    """The executor of a plan: in-process, or a Ray actor pool for ``--backend ray``.
+    """The executor of a plan: a rollout server's with ``--server``, a Ray actor pool with
+    ``--backend ray``, else the in-process one.
 
     Raises:
-        ConfigError: ``--backend ray`` without Ray installed.
+        ConfigError: ``--server`` without httpx installed, ``--backend ray`` without Ray.
     """
+    if plan.settings.execution.server is not None:
+        try:
+            from osmosis_run.backends.remote import RemoteExecutor
+        except ModuleNotFoundError as exc:
+            raise ConfigError(
+                f'--server needs {exc.name}: pip install "osmosis-run[remote]"'
+            ) from None
+        return RemoteExecutor.from_plan(plan)
     if plan.settings.execution.backend == "ray":
         from osmosis_run.backends.ray import RayExecutor  # imports Ray: only when asked for
 

@@ -187,7 +187,7 @@ class RayExecutor:
         self._connect()
         try:
             count = self._actor_count()
-            config = self.plan.components.workflow_config
+            config = self.plan.local_components().workflow_config
             self._per_actor = (
                 config.concurrency.max_concurrent if config is not None else DEFAULT_MAX_CONCURRENT
             )

@@ -54,7 +54,7 @@ class RegradeExecutor:
         recorded = plan.source
         if not isinstance(recorded, RecordedRun):
             raise TypeError("RegradeExecutor runs the plans of run.regrade.prepare_grade")
-        parts = plan.components
+        parts = plan.local_components()
         backend = LocalBackend(
             workflow=parts.workflow,
             grader=parts.grader,

@@ -174,6 +174,22 @@ def eval_command(
             panel=_MODEL,
         ),
     ] = None,
+    server: Annotated[
+        str | None,
+        _opt(
+            "--server",
+            help="Run every rollout on this rollout server (protocol 0.4), such as "
+            "http://127.0.0.1:8000: its workflow and grader, not --workflow's "
+            "(env OSMOSIS_RUN_SERVER).",
+        ),
+    ] = None,
+    server_api_key: Annotated[
+        str | None,
+        _opt(
+            "--server-api-key",
+            help="Bearer key of --server (env OSMOSIS_RUN_SERVER_API_KEY); never written.",
+        ),
+    ] = None,
     out: Annotated[
         str | None,
         _opt(
@@ -334,6 +350,7 @@ def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False
         render.print_error(exc)
         return exit_codes.USAGE
     _say_if_unredacted(settings)
+    _say_if_server_runs_its_own(settings)
     with _results_channel(jsonl=settings.output.jsonl) as results:
         return _run(settings, results, quiet=quiet)
 
@@ -409,6 +426,26 @@ def _say_if_unredacted(settings: EvalSettings) -> None:
 
     if Redactor((settings.execution.api_key_value(),)).too_short:
         render.print_unredacted_key(MIN_SECRET_LENGTH)
+
+
+def _say_if_server_runs_its_own(settings: EvalSettings) -> None:
+    """With --server, the workflow options given (a config file's, say) are not used: say so."""
+    from osmosis_run.cli import render
+
+    s = settings.run
+    given = {
+        "--workflow": s.workflow,
+        "--grader": s.grader,
+        "--workflow-config": s.workflow_config,
+        "--grader-config": s.grader_config,
+    }
+    unused = [name for name, value in given.items() if value]
+    if settings.execution.server and unused:
+        render.err.print(
+            f"osmosis-run: --server runs the server's own workflow and grader; "
+            f"{', '.join(unused)} not used",
+            markup=False,
+        )
 
 
 @contextlib.contextmanager

@@ -45,18 +45,18 @@ class Components:
 
 
 def check_inputs(settings: EvalSettings) -> str:
-    """Check that a dataset and a workflow are given and the dataset can be read.
+    """Check that a dataset and a workflow (or a ``--server``) are given, and the dataset reads.
 
     Returns:
         The dataset: a path (a file, or a stream such as a FIFO), or ``-`` for stdin.
 
     Raises:
-        ConfigError: no dataset or no workflow.
+        ConfigError: no dataset, or neither a workflow nor a server.
         DatasetError: the dataset does not exist, is a directory, or cannot be read.
     """
     if not settings.run.dataset:
         raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
-    if not settings.run.workflow:
+    if not settings.run.workflow and not settings.execution.server:
         raise ConfigError("no workflow: give --workflow module:Class")
     if settings.run.dataset != "-":
         _check_readable(settings.run.dataset)

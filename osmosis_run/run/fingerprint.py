@@ -39,10 +39,25 @@ def source_hash(obj: type | None) -> str | None:
 
 
 def build_fingerprint(
-    settings: EvalSettings, selection: Selection, workflow: type, grader: type | None
+    settings: EvalSettings, selection: Selection, workflow: type | None, grader: type | None
 ) -> dict[str, Any]:
-    """The inputs that decide a run's results, as plain JSON values."""
+    """The inputs that decide a run's results, as plain JSON values.
+
+    A run on a rollout server (``--server``) holds the server's URL in place of the workflow,
+    grader and configs, which the server loads itself (never the server's key).
+    """
     s = settings
+    fingerprint: dict[str, Any]
+    if s.execution.server is not None:  # the server's code is its own: its URL stands for it
+        fingerprint = {
+            "dataset": _dataset_entry(s.run.dataset or "-"),
+            "server": s.execution.server,
+            "samples": s.run.samples,
+            "selection": json.loads(selection.model_dump_json()),
+        }
+        if s.gateway.model is not None:
+            fingerprint["model"] = s.gateway.model
+        return fingerprint
     fingerprint = {
         "dataset": _dataset_entry(s.run.dataset or "-"),
         "workflow": s.run.workflow,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from osmosis_run.errors import ConfigError
 from osmosis_run.run.components import Components, check_inputs, load_components, selection_of
 from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.run.rollouts import Job
@@ -39,7 +40,8 @@ class Plan:
         settings: every option, resolved.
         dataset: the dataset path, or ``-`` for stdin.
         selection: which rows the run takes.
-        components: the user's classes and config instances, loaded.
+        components: the user's classes and config instances, loaded (None with ``--server``:
+            the rollout server runs its own).
         fingerprint: what the run is made from (a resume with other inputs is refused).
         run_dir: the run directory.
         planned: rollouts the run holds (None for a stream, whose rows are not counted ahead).
@@ -51,12 +53,25 @@ class Plan:
     settings: EvalSettings
     dataset: str
     selection: Selection
-    components: Components
+    components: Components | None
     fingerprint: Mapping[str, Any]
     run_dir: Path
     planned: int | None
     concurrency: int | None
     source: JobSource | None = None
+
+    def local_components(self) -> Components:
+        """The loaded classes, for an executor that runs or ships them (every one but --server).
+
+        Raises:
+            ConfigError: the plan runs on a rollout server, which has its own classes.
+        """
+        if self.components is None:
+            raise ConfigError(
+                "this run's rollouts run on the rollout server given by --server, which has "
+                "its own workflow and grader; drop --server to run them here"
+            )
+        return self.components
 
 
 def prepare(settings: EvalSettings) -> Plan:
@@ -68,8 +83,13 @@ def prepare(settings: EvalSettings) -> Plan:
     """
     dataset = check_inputs(settings)
     selection = selection_of(settings)
-    components = load_components(settings)
-    fingerprint = build_fingerprint(settings, selection, components.workflow, components.grader)
+    components = None if settings.execution.server else load_components(settings)
+    fingerprint = build_fingerprint(
+        settings,
+        selection,
+        components.workflow if components else None,
+        components.grader if components else None,
+    )
     run_dir = (
         Path(settings.output.out) if settings.output.out else default_run_dir(settings, fingerprint)
     )
@@ -85,12 +105,12 @@ def prepare(settings: EvalSettings) -> Plan:
     )
 
 
-def _concurrency(settings: EvalSettings, components: Components) -> int | None:
+def _concurrency(settings: EvalSettings, components: Components | None) -> int | None:
     """``--concurrency`` (``UNLIMITED``: no limit), else the workflow config's, else the default."""
     if settings.execution.concurrency == UNLIMITED:
         return None
     if settings.execution.concurrency is not None:
         return settings.execution.concurrency
-    if components.workflow_config is not None:
+    if components is not None and components.workflow_config is not None:
         return components.workflow_config.concurrency.max_concurrent
     return DEFAULT_MAX_CONCURRENT

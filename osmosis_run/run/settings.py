@@ -25,7 +25,9 @@ Every option form is parsed as the model is validated (from any source, and in
 a positive integer, ``"unlimited"`` (the one spelling of no limit: ``0``, ``"unlimited"``,
 ``"none"`` and ``"inf"`` all become it) or None (not given: the workflow config's limit, else
 the default). The API key is a ``SecretStr``: never in a repr, a dump or ``run.toml``; the
-engine reads it with ``get_secret_value()``.
+engine reads it with ``get_secret_value()``. ``server`` (``--server URL``) has a rollout server
+run every rollout; its key ``server_api_key`` (``--server-api-key``,
+``OSMOSIS_RUN_SERVER_API_KEY``) is a secret too, and like the API key never read from a file.
 """
 
 from __future__ import annotations
@@ -173,10 +175,29 @@ class Execution(_Group):
     ray_batch: int = Field(1, ge=1)
     ray_shared_fs: bool = False
     ray_ready_timeout: float = Field(120.0, gt=0)
+    server: str | None = None
+    server_api_key: SecretStr | None = Field(None, repr=False, exclude=True)
 
     def api_key_value(self) -> str | None:
         """The API key itself, for the one place that sends it (None when not given)."""
         return self.api_key.get_secret_value() if self.api_key is not None else None
+
+    def server_api_key_value(self) -> str | None:
+        """The rollout server's key (sent as Bearer; None when not given)."""
+        key = self.server_api_key
+        return key.get_secret_value() if key is not None else None
+
+    @field_validator("server")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        """A rollout server's base URL: http(s)://host[:port][/prefix], without a trailing /."""
+        if value is None or not value.strip():
+            return None
+        url = value.strip().rstrip("/")
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest or "?" in url:
+            raise ValueError("must be an http:// or https:// URL, such as http://127.0.0.1:8000")
+        return url
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -370,7 +391,7 @@ _TABLES = {
     "grader_config": "grader_config_overrides",
 }
 _PATH_KEYS = ("dataset", "out", "runs_dir", "html", "junit", "baseline", "model_cache")
-_NOT_FROM_FILE = ("api_key", *_TABLES.values())
+_NOT_FROM_FILE = ("api_key", "server_api_key", *_TABLES.values())
 
 
 def parse_concurrency(value: str | int | None) -> Concurrency:
@@ -486,6 +507,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
 
 
 def _take_file_key(values: dict[str, Any], path: Path, key: str, value: Any) -> None:
+    if key == "serve":
+        return  # osmosis-run serve's own table (osmosis_run.server.settings reads it)
     if key == "evaluation":
         _take_evaluation(values, path, value)
     elif key in _TABLES:
@@ -575,7 +598,7 @@ def _option(key: str) -> str:
 
 
 # Per-invocation switches that a saved configuration must not carry.
-_NOT_SAVED = {"api_key", "fresh", "retry_failed", "dry_run", "jsonl"}
+_NOT_SAVED = {"api_key", "server_api_key", "fresh", "retry_failed", "dry_run", "jsonl"}
 
 
 def settings_to_toml(settings: EvalSettings, *, run_dir: Path) -> str:

@@ -61,7 +61,8 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
     s = settings
     dataset = check_inputs(s)
     selection = selection_of(s)
-    load_components(s)
+    if s.execution.server is None:  # with --server, the server loads its own
+        load_components(s)
     name = "<stdin>" if dataset == "-" else dataset
     tally = _Tally(
         iter_rows(dataset),
@@ -84,7 +85,7 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
         problem_count=tally.problem_count,
         selected=selected,
         samples=s.run.samples,
-        workflow=s.run.workflow,
+        workflow=s.run.workflow or f"the workflow of {s.execution.server}",
         grader=s.run.grader,
     )
 

@@ -18,13 +18,28 @@ from .settle import QUIET_S, probe, quiet_for
 from .workloads import Bench, Line, log
 from .workspace import HarnessError, Workspace, find_floor, osmosis_run_command
 
-ALL = ("W1", "W1-ram", "W2", "W3", "W4", "W5", "W6", "W9", "W10", "W11", "W11b", "W12")
+ALL = ("W1", "W1-ram", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "W11b", "W12")
 # The model gateway's workloads (tests/perf/gateway.py): run last, by their own module.
 GATEWAY = ("W11", "W11b", "W12")
 # The order they run in. W6 is a ratio to W1's wall, so it runs right after W1, before anything
 # else changes the machine; the start-up figures (W5) come before W4 fills 1.7 GB of RAM.
 # W1-ram writes to RAM only, so where it runs does not matter to the disk's figures.
-ORDER = ("W1", "W6", "W1-ram", "W2", "W3", "W5", "W4", "W9", "W10", "W11", "W11b", "W12")
+ORDER = (
+    "W1",
+    "W6",
+    "W1-ram",
+    "W2",
+    "W3",
+    "W7",
+    "W5",
+    "W4",
+    "W8",
+    "W9",
+    "W10",
+    "W11",
+    "W11b",
+    "W12",
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -1,4 +1,4 @@
-"""The workloads W1..W6 of bench/README.md, each returning the JSON line it reports.
+"""The workloads W1..W7 of bench/README.md (W7: issue 12), each returning the JSON line it reports.
 
 How the README's words are read:
 
@@ -39,6 +39,7 @@ TRIVIAL_CONCURRENCY, W2_CONCURRENCY = 64, 100
 SLEEP_S = 0.05
 REPEATS = 5
 W6_REPEATS = 3
+W7_ROWS = 5_000
 W1_RAM_PAIRS = 5
 FLOOR_BASIS = (
     "floor wall = floor.py's printed wall_s (its loop, no interpreter startup), the mean of "
@@ -187,6 +188,8 @@ class Bench:
             "W4": self.w4_memory,
             "W5": self.w5_startup,
             "W6": self.w6_resume,
+            "W7": self.w7_remote,
+            "W8": self.w8_serve,
             "W9": lambda: ray_workloads.w9(self),
             "W10": lambda: ray_workloads.w10(self),
         }
@@ -573,3 +576,52 @@ class Bench:
             w1_wall_s=w1.process.wall_s,
             resume_rss_mib=statistics.median(r.process.rss_mib for r in runs),
         )
+
+    def w7_remote(self) -> Line:
+        """W7: ``eval --server`` against ``osmosis-run serve`` / in-process eval, same rows.
+
+        The in-process eval runs right before and right after the served one; its wall is their
+        mean (the machine's speed drifts). Both run at concurrency 64, the server too.
+        """
+        from .remote import serve
+
+        rows = self.rows(W7_ROWS)
+        dataset = self.ws.dataset(rows)
+        before = self.trivial_eval(rows, "W7-local")
+        out = self.ws.fresh("W7-server")
+        with serve(self.cli, cwd=self.ws.root, out=out, concurrency=TRIVIAL_CONCURRENCY) as server:
+            log(f"W7: osmosis-run eval --server {server.url}, {rows} rows, trivial")
+            cmd = [*self.cli, "eval", str(dataset), "--server", server.url]
+            cmd += ["--concurrency", str(TRIVIAL_CONCURRENCY), "--out", str(self.ws.fresh("W7"))]
+            served = self.run_eval(cmd, rows=rows, name="W7")
+            server_cpu = server.cpu_s()
+        after = self.trivial_eval(rows, "W7-local")
+        local = (before.process.wall_s + after.process.wall_s) / 2
+        return report(
+            "W7",
+            [Check("eval --server wall / in-process eval wall", served.process.wall_s / local, 4)],
+            "whole-process wall of eval --server against osmosis-run serve on loopback / mean "
+            "whole-process wall of the in-process eval right before and right after it",
+            rows=rows,
+            concurrency=TRIVIAL_CONCURRENCY,
+            server_eval_wall_s=served.process.wall_s,
+            server_eval_inner_wall_s=served.inner_wall_s,
+            server_eval_cpu_s=served.process.cpu_s,
+            server_eval_rss_mib=served.process.rss_mib,
+            server_cpu_s=server_cpu,
+            local_wall_s=local,
+            local_walls_s=[before.process.wall_s, after.process.wall_s],
+            local_cpu_s=(before.process.cpu_s + after.process.cpu_s) / 2,
+        )
+
+    def w8_serve(self) -> Line:
+        """W8 (tests/perf/w8_serve.py), run in the interop Python (osmosis-ai installed)."""
+        from .w8_serve import ROLLOUTS, interop_python
+
+        python = interop_python()
+        script = Path(__file__).with_name("w8_serve.py")
+        cmd = [python, str(script), "--rollouts", str(self.rows(ROLLOUTS))]
+        process = self._measure(cmd, "w8")
+        process.check("W8")
+        line: Line = json.loads(process.stdout.strip().splitlines()[-1])
+        return line
