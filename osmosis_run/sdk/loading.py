@@ -1,4 +1,7 @@
-"""Turn a ``"module:attr"`` string into the object it names, with one typed error per failure."""
+"""Turn a ``"module:attr"`` string into the object it names, with one typed error per failure.
+
+Classes and configs may be ours or ``osmosis_ai.rollout``'s (when osmosis-ai is loaded).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from osmosis_run.errors import (
     UserModuleImportError,
     WrongKindError,
 )
+from osmosis_run.sdk._osmosis_ai import counterpart
 
 __all__ = ["import_from_string", "load_class", "load_instance"]
 
@@ -56,7 +60,7 @@ def load_class(ref: type[T] | str, base: Callable[..., T], *, role: str) -> type
     # for ``type[T]`` (python/mypy#4717); it is always a class.
     base_cls = cast("type[object]", base)
     obj = import_from_string(ref) if isinstance(ref, str) else ref
-    if not (inspect.isclass(obj) and issubclass(obj, base_cls)):
+    if not (inspect.isclass(obj) and issubclass(obj, _bases(base_cls))):
         raise WrongKindError(
             f"{_subject(role, ref)} is {_kind(obj)}, expected a subclass of {base_cls.__name__}"
         )
@@ -69,12 +73,22 @@ def load_class(ref: type[T] | str, base: Callable[..., T], *, role: str) -> type
 def load_instance(ref: T | str, base: type[T], *, role: str) -> T:
     """Return ``ref`` (an instance or an import path) checked to be an instance of ``base``."""
     obj = import_from_string(ref) if isinstance(ref, str) else ref
-    if not isinstance(obj, base):
+    if not isinstance(obj, _bases(base)):
         hint = "; instantiate it in your module" if inspect.isclass(obj) else ""
         raise WrongKindError(
             f"{_subject(role, ref)} is {_kind(obj)}, expected an instance of {base.__name__}{hint}"
         )
-    return obj
+    return cast("T", obj)  # ours, or osmosis_ai's of the same role (the same fields)
+
+
+def _bases(base: type) -> tuple[type, ...]:
+    """``base``, and osmosis_ai's class of the same role when osmosis_ai is loaded.
+
+    A class or config written for ``osmosis_ai.rollout`` is accepted as it is; osmosis_ai is
+    never imported for it (a user's object from osmosis_ai has loaded it already).
+    """
+    other = counterpart(base)
+    return (base,) if other is None else (base, other)
 
 
 def _is_prefix(missing: str, module_name: str) -> bool:
