@@ -703,10 +703,11 @@ FLAT_NAMES = {
         "dataset", "workflow", "grader", "workflow_config", "grader_config",
         "workflow_config_overrides", "grader_config_overrides", "import_paths", "samples",
         "limit", "offset", "rows", "ids", "shuffle", "seed", "shard",
+        "entrypoint", "experiment", "advanced", "env", "secrets",
     ],
     "execution": [
         "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
-        "api_key",
+        "api_key", "secrets_file",
     ],
     "output": ["out", "runs_dir", "fresh", "retry_failed", "jsonl", "no_messages"],
     "after": [

@@ -9,7 +9,7 @@ executes it. Whatever can stop a run before it starts is raised here (exit code 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from osmosis_run.run.components import Components, check_inputs, load_components
 from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.run.selection import Selection, count_planned
 from osmosis_run.run.settings import UNLIMITED, EvalSettings
+from osmosis_run.run.workspace import open_workspace
 from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
 
 __all__ = ["Plan", "prepare"]
@@ -35,6 +36,7 @@ class Plan:
         run_dir: the run directory.
         planned: rollouts the run holds (None for a stream, whose rows are not counted ahead).
         concurrency: rollouts in flight at most (None: no limit).
+        secrets: a workspace config's [secrets] values, redacted from all the run writes.
     """
 
     settings: EvalSettings
@@ -45,6 +47,7 @@ class Plan:
     run_dir: Path
     planned: int | None
     concurrency: int | None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 def prepare(settings: EvalSettings) -> Plan:
@@ -54,6 +57,7 @@ def prepare(settings: EvalSettings) -> Plan:
         OsmosisRunError: a missing or unreadable dataset, a bad ``module:attr`` path, a bad
             config override, a malformed selection (exit code 2).
     """
+    settings, secrets = open_workspace(settings)
     dataset = check_inputs(settings)
     selection = selection_of(settings)
     components = load_components(settings)
@@ -70,6 +74,7 @@ def prepare(settings: EvalSettings) -> Plan:
         run_dir=run_dir,
         planned=count_planned(dataset, selection, settings.run.samples),
         concurrency=_concurrency(settings, components),
+        secrets=secrets,
     )
 
 

@@ -42,6 +42,7 @@ _HOMES = {
     "AgentWorkflowOutput": "osmosis_ai.rollout.types.output",
     "RolloutSample": "osmosis_ai.rollout.types.sample",
     "RolloutContext": "osmosis_ai.rollout.context",
+    "LocalBackend": "osmosis_ai.rollout.backend.local.backend",
 }
 
 

@@ -9,6 +9,7 @@ import difflib
 import importlib
 import inspect
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar, cast
 
 from osmosis_run.errors import (
@@ -20,7 +21,7 @@ from osmosis_run.errors import (
 )
 from osmosis_run.sdk._osmosis_ai import counterpart
 
-__all__ = ["import_from_string", "load_class", "load_instance"]
+__all__ = ["import_from_string", "load_class", "load_instance", "load_module"]
 
 T = TypeVar("T")
 
@@ -33,8 +34,26 @@ def import_from_string(path: str) -> Any:
             f'invalid import path "{path}": expected "module:attr", '
             'for example "my_rollout:MyWorkflow"'
         )
+    obj: Any = load_module(module_name, path=path)
+    parts = attrs.split(".")
+    for index, part in enumerate(parts):
+        owner, obj = obj, getattr(obj, part, None)
+        if obj is None:
+            owner_name = f"{module_name}:{'.'.join(parts[:index])}" if index else module_name
+            raise AttributeNotFoundError(_missing_message(path, owner, owner_name, part))
+    return obj
+
+
+def load_module(module_name: str, *, path: str | None = None) -> ModuleType:
+    """Import ``module_name``; ``path`` is what the user wrote (for messages), if not the name.
+
+    Raises:
+        ModuleNotFoundLoadError: no such module.
+        UserModuleImportError: importing it raised (an ImportError inside it included).
+    """
+    path = path or module_name
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and _is_prefix(exc.name, module_name):
             raise ModuleNotFoundLoadError(
@@ -44,14 +63,6 @@ def import_from_string(path: str) -> Any:
         raise _user_import_error(path, exc) from exc
     except Exception as exc:
         raise _user_import_error(path, exc) from exc
-    obj: Any = module
-    parts = attrs.split(".")
-    for index, part in enumerate(parts):
-        owner, obj = obj, getattr(obj, part, None)
-        if obj is None:
-            owner_name = f"{module_name}:{'.'.join(parts[:index])}" if index else module_name
-            raise AttributeNotFoundError(_missing_message(path, owner, owner_name, part))
-    return obj
 
 
 def load_class(ref: type[T] | str, base: Callable[..., T], *, role: str) -> type[T]:
@@ -97,9 +108,8 @@ def _is_prefix(missing: str, module_name: str) -> bool:
 
 def _user_import_error(path: str, exc: BaseException) -> UserModuleImportError:
     module_name = path.partition(":")[0]
-    return UserModuleImportError(
-        f'importing "{module_name}" (for "{path}") raised {type(exc).__name__}: {exc}'
-    )
+    what = f'"{module_name}"' if module_name == path else f'"{module_name}" (for "{path}")'
+    return UserModuleImportError(f"importing {what} raised {type(exc).__name__}: {exc}")
 
 
 def _missing_message(path: str, owner: object, owner_name: str, part: str) -> str:
