@@ -168,7 +168,8 @@ def _backend_paths(module: ModuleType, name: str, entrypoint: Path) -> dict[str,
     backends = [
         attr
         for attr, obj in vars(module).items()
-        if isinstance(obj, LocalBackend) or _osmosis_ai.is_osmosis_ai(obj, "LocalBackend")
+        if isinstance(obj, LocalBackend)
+        or (not inspect.isclass(obj) and _osmosis_ai.is_osmosis_ai(obj, "LocalBackend"))
     ]
     if not backends:
         return {}
