@@ -37,6 +37,8 @@ from osmosis_run.sdk.workflow import AgentWorkflow, Grader
 
 __all__ = ["open_workspace", "read_dotenv"]
 
+_OPTIONS = ("workflow", "workflow_config", "grader", "grader_config")
+
 
 def open_workspace(
     settings: EvalSettings, *, environ: MutableMapping[str, str] | None = None
@@ -133,8 +135,11 @@ def _from_entrypoint(settings: EvalSettings) -> dict[str, str]:
     add_import_paths(settings)
     name = _module_name(entrypoint, s.experiment.get("entrypoint"))
     module = _import_entrypoint(name, entrypoint)
-    found = _backend_paths(module, name, entrypoint) or _class_paths(module, name, entrypoint)
-    return {key: path for key, path in found.items() if getattr(s, key) is None}
+    given = {key for key in _OPTIONS if getattr(s, key) is not None}
+    found = _backend_paths(module, name, entrypoint) or _class_paths(
+        module, name, entrypoint, given
+    )
+    return {key: path for key, path in found.items() if key not in given}
 
 
 def _module_name(entrypoint: Path, relative: str | None) -> str:
@@ -193,22 +198,27 @@ def _backend_paths(module: ModuleType, name: str, entrypoint: Path) -> dict[str,
     }
 
 
-def _class_paths(module: ModuleType, name: str, entrypoint: Path) -> dict[str, str]:
-    """The paths of the module's workflow and grader classes and config instances."""
+def _class_paths(
+    module: ModuleType, name: str, entrypoint: Path, given: set[str]
+) -> dict[str, str]:
+    """The paths of the module's workflow and grader classes and config instances not given."""
     found: dict[str, str] = {}
-    workflow = _one(module, AgentWorkflow, entrypoint, option="--workflow", classes=True)
-    if workflow is None:
-        raise ConfigError(
-            f"{entrypoint}: no LocalBackend and no AgentWorkflow subclass at module level; "
-            "define one there, or give --workflow module:Class"
-        )
-    found["workflow"] = f"{name}:{workflow}"
+    if "workflow" not in given:
+        workflow = _one(module, AgentWorkflow, entrypoint, option="--workflow", classes=True)
+        if workflow is None:
+            raise ConfigError(
+                f"{entrypoint}: no LocalBackend and no AgentWorkflow subclass at module level; "
+                "define one there, or give --workflow module:Class"
+            )
+        found["workflow"] = f"{name}:{workflow}"
     wanted: list[tuple[str, type, bool]] = [
         ("grader", Grader, True),
         ("workflow_config", AgentWorkflowConfig, False),
         ("grader_config", GraderConfig, False),
     ]
     for key, base, classes in wanted:
+        if key in given:
+            continue
         option = "--" + key.replace("_", "-")
         attr = _one(module, base, entrypoint, option=option, classes=classes)
         if attr is not None:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import results, write_jsonl
+
 from interop.streaming_openai import serve_streaming_openai
 
 FLOWS = "interop.openai_agents_flows"

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import results, write_jsonl
 from osmosis_ai.rollout import ExecutionOutcome, ExecutionRequest, LocalBackend
 
-from conftest import results, write_jsonl
 from interop import osmosis_ai_flows as flows
 
 FLOWS = "interop.osmosis_ai_flows"

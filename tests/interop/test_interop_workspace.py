@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import results, write_jsonl
 from osmosis_ai.rollout import ExecutionRequest, LocalBackend
 
-from conftest import results, write_jsonl
 from interop.test_interop_parity import their_view
 
 SECRET = "tok-interop-secret-9f8e7d6c5b"
@@ -68,7 +68,8 @@ def test_a_scaffold_from_osmosis_rollout_init_is_evaluated_unchanged(
     ]
     # osmosis-ai's own LocalBackend, on the scaffold's own classes, agrees.
     spec = importlib.util.spec_from_file_location("scaffold_main", main)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     monkeypatch.setenv("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", str(tmp_path / "theirs"))
