@@ -16,6 +16,7 @@ sdk backend, and finished rollouts -> store.
     run/             the engine: settings, components, fingerprint, dataset rows, selection, the
                      scheduler and its execution seam, rollout records, ATIF, validate
     backends/        what runs an attempt behind the seam: in-process, and a fake for tests
+    server/          the rollout server: protocol, leases and retention, the app (extra "server")
     reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run
     cli/             the Typer app; the only place that imports typer and rich

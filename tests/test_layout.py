@@ -18,6 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),
     ("run",),
     ("backends",),
+    ("server",),
     ("reports",),
     ("examples",),
     ("cli", "__main__"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from osmosis_run._construct import construct
 from osmosis_run.run.plan import Plan
@@ -20,10 +20,18 @@ class LocalExecutor:
     """Run attempts in this process and event loop, each stage within the engine's deadline.
 
     Artifacts are written in place: ``<run dir>/rollouts/<rollout id>/artifacts``.
+
+    Args:
+        backend: runs the user's workflow and grader.
+        on_grading: told the rollout id when its grader starts (a rollout server reports the
+            ``grading`` status from it).
     """
 
-    def __init__(self, backend: LocalBackend) -> None:
+    def __init__(
+        self, backend: LocalBackend, *, on_grading: Callable[[str], None] | None = None
+    ) -> None:
         self.backend = backend
+        self.on_grading = on_grading
 
     @classmethod
     def from_plan(cls, plan: Plan) -> LocalExecutor:
@@ -79,6 +87,8 @@ class LocalExecutor:
             graded_at = time.perf_counter()
             grader = None
             if backend.grading_applies(request, workflow):
+                if self.on_grading is not None:
+                    self.on_grading(request.id)
                 grace = request.grader_timeout_sec
                 if grace is None:
                     grader = await backend.run_grader(request, workflow)

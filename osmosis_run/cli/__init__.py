@@ -89,9 +89,10 @@ from osmosis_run.cli import compare as _compare  # noqa: E402
 from osmosis_run.cli import eval as _eval  # noqa: E402
 from osmosis_run.cli import init as _init  # noqa: E402
 from osmosis_run.cli import report as _report  # noqa: E402
+from osmosis_run.cli import serve as _serve  # noqa: E402
 from osmosis_run.cli import validate as _validate  # noqa: E402
 
-for _command in (_eval, _validate, _report, _compare, _init):
+for _command in (_eval, _validate, _report, _compare, _init, _serve):
     _command.register(app)
 
 

@@ -270,8 +270,16 @@ def result_line(
     )
 
 
-def trajectory_document(line: ResultLine, outcome: ExecutionOutcome | None) -> bytes | None:
-    """trajectory.json: the sample as an ATIF v1.7 trajectory (None without a transcript)."""
+def trajectory_document(
+    line: ResultLine,
+    outcome: ExecutionOutcome | None,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> bytes | None:
+    """trajectory.json: the sample as an ATIF v1.7 trajectory (None without a transcript).
+
+    ``extra`` adds keys to ``extra.osmosis`` (a served rollout's ``request_extra_fields``).
+    """
     sample = outcome.result_to_save.sample if outcome is not None else None
     if sample is None or not sample.trajectory_messages:
         return None
@@ -284,5 +292,6 @@ def trajectory_document(line: ResultLine, outcome: ExecutionOutcome | None) -> b
         sample_metrics=sample.metrics,
         sample_extra_fields=sample.extra_fields,
         request_metadata=line.metadata,
+        extra=extra,
     )
     return encode(doc) if doc is not None else None

@@ -90,6 +90,7 @@ __all__ = [
     "Scheduler",
     "retry_delay",
     "run_to_completion",
+    "within_deadline",
 ]
 
 LOOKAHEAD = 256
@@ -452,6 +453,47 @@ class _Watchdog:
                 named.add(seen[1])
                 self._report(seen[1], time.monotonic() - beat)
             suspect = seen
+
+
+async def within_deadline(
+    seconds: float | None,
+    work: Coroutine[Any, Any, T],
+    *,
+    rollout_id: str,
+    timed_out: Callable[[], T],
+    abandon_grace_s: float,
+    orphan: Callable[[asyncio.Future[Any]], None],
+) -> T:
+    """Run ``work`` within ``seconds`` from now; past it, ``timed_out()``: the engine's deadline.
+
+    With a deadline the work runs in a task of its own (named ``rollout_id``), so that the
+    caller can stop waiting for code that ignores its cancellation: it is handed to ``orphan``
+    after ``abandon_grace_s``. Work that returns after its deadline (blocking code held the event
+    loop, so the timer could not fire) is a timeout as well. The scheduler and the rollout
+    server (``osmosis_run.server``) both run stages through this one function.
+    """
+    if seconds is None:
+        return await work
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    task = loop.create_task(work, name=rollout_id)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+        if not done:
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=abandon_grace_s)
+    except asyncio.CancelledError:  # the run is stopping: the stage goes with it
+        task.cancel()
+        orphan(task)
+        raise
+    if not done:
+        orphan(task)
+        return timed_out()
+    if task.cancelled() or loop.time() > deadline:
+        if not task.cancelled():
+            task.exception()  # retrieved: a late result is dropped, not logged
+        return timed_out()
+    return task.result()
 
 
 class Scheduler:
@@ -1012,28 +1054,14 @@ class Scheduler:
         A stage that returns after its deadline (blocking code held the event loop, so the
         timer could not fire) is a timeout as well.
         """
-        if seconds is None:
-            return await work
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        task = loop.create_task(work, name=rollout_id)
-        try:
-            done, _ = await asyncio.wait({task}, timeout=seconds)
-            if not done:
-                task.cancel()
-                done, _ = await asyncio.wait({task}, timeout=self.abandon_grace_s)
-        except asyncio.CancelledError:  # the run is stopping: the stage goes with it
-            task.cancel()
-            self._orphan(task)
-            raise
-        if not done:
-            self._orphan(task)
-            return timed_out()
-        if task.cancelled() or loop.time() > deadline:
-            if not task.cancelled():
-                task.exception()  # retrieved: a late result is dropped, not logged
-            return timed_out()
-        return task.result()
+        return await within_deadline(
+            seconds,
+            work,
+            rollout_id=rollout_id,
+            timed_out=timed_out,
+            abandon_grace_s=self.abandon_grace_s,
+            orphan=self._orphan,
+        )
 
     def _orphan(self, task: asyncio.Future[Any]) -> None:
         """Keep a reference to user code left running, until it ends."""

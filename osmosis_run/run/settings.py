@@ -483,6 +483,8 @@ def _refuse_unknown_sections(path: Path, data: dict[str, Any]) -> None:
 
 
 def _take_file_key(values: dict[str, Any], path: Path, key: str, value: Any) -> None:
+    if key == "serve":
+        return  # osmosis-run serve's own table (osmosis_run.server.settings reads it)
     if key == "evaluation":
         _take_evaluation(values, path, value)
     elif key in _TABLES:

@@ -1,0 +1,604 @@
+"""What a rollout server does, without the web framework: admit, execute, answer, record, stop.
+
+``RolloutService`` holds the rollouts (``table.py``), runs each one through the engine's seam
+(``LocalExecutor``, each stage within the engine's deadline, ``run.scheduler.within_deadline``,
+from the moment the rollout gets a concurrency slot), and records every rollout it admitted
+with the store eval uses: one ``results.jsonl`` line, ``rollouts/<id>/result.json`` and
+``trajectory.json`` (ATIF, carrying the request's ``extra_fields``), and the artifacts the
+workflow wrote, so ``osmosis-run report RUN --html`` shows what a server did.
+
+Every admitted rollout ends with exactly one result, recorded once: the executor's, or a
+cancellation, or a lease that ran out (``failure`` / ``lease_expired``: the result is final at
+once, and the execution is cancelled). A cancelled rollout whose code ignores its cancellation
+is given its ``cancelled`` result after ``abandon_grace_s`` and left to itself.
+
+Stopping (``shutdown``): admissions stop (503), rollouts in flight get ``drain_s`` to finish,
+then they are cancelled and get ``cleanup_s`` more; what finished is on disk with the summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any, TypeVar
+
+from osmosis_run import _redact
+from osmosis_run._construct import construct
+from osmosis_run._json import encode
+from osmosis_run.backends.local import LocalExecutor
+from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
+from osmosis_run.results.metrics import MetricsAccumulator
+from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.run.dataset import Row
+from osmosis_run.run.fingerprint import source_hash
+from osmosis_run.run.rollouts import (
+    Job,
+    result_document,
+    result_line,
+    rollout_seed,
+    trajectory_document,
+    unwritable,
+)
+from osmosis_run.run.scheduler import ABANDON_GRACE_S, TICK_S, within_deadline
+from osmosis_run.run.seam import Attempt, AttemptResult
+from osmosis_run.sdk.backend import LocalBackend
+from osmosis_run.sdk.context import RolloutContext
+from osmosis_run.sdk.types import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutStatus,
+)
+from osmosis_run.server.protocol import (
+    CancelRolloutsRequest,
+    ProtocolError,
+    RolloutInitRequest,
+    dumps,
+    result_body,
+    status_body,
+)
+from osmosis_run.server.table import Entry, InvalidLease, RolloutTable, UnknownRollout
+from osmosis_run.store.store import RunStore
+
+__all__ = [
+    "DEFAULT_POLLING_LEASE_TIMEOUT_SEC",
+    "DEFAULT_RESULT_RETENTION_SEC",
+    "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
+    "RolloutService",
+    "check_timings",
+]
+
+logger = _redact.logger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_RESULT_WAIT_TIMEOUT_SEC = 30.0
+DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
+DEFAULT_RESULT_RETENTION_SEC = 900.0
+DRAIN_S = 10.0
+CLEANUP_S = 120.0
+RETRY_AFTER_S = "5"
+CANCELLED = "cancelled"
+
+
+def check_timings(*, wait_s: float, lease_s: float, retention_s: float) -> None:
+    """The SDK's rules for a server's timings.
+
+    Raises:
+        ValueError: the wait is not finite and positive, the lease does not exceed it, or the
+            retention is not finite and non-negative.
+    """
+    if not math.isfinite(wait_s) or wait_s <= 0:
+        raise ValueError("result_wait_timeout_sec must be finite and greater than zero")
+    if not math.isfinite(retention_s) or retention_s < 0:
+        raise ValueError("result_retention_sec must be finite and non-negative")
+    if not math.isfinite(lease_s) or lease_s <= wait_s:
+        raise ValueError("polling_lease_timeout_sec must exceed result_wait_timeout_sec")
+
+
+class RolloutService:
+    """Admit, execute, answer and record the rollouts of one server.
+
+    Args:
+        backend: runs the user's workflow and grader; its artifacts go into the run directory.
+        run_dir: where the served rollouts are recorded (opened, and locked, here).
+        result_wait_s: how long a poll waits for a status change.
+        lease_s: how long a lease lasts after its last poll.
+        retention_s: how long a final result stays pollable.
+        concurrency: rollouts executing at once (None: no limit).
+        secrets: strings never written to the run directory (the server's API key).
+        drain_s: at shutdown, how long rollouts in flight get before they are cancelled.
+        cleanup_s: then how long cancelled rollouts get to end.
+        abandon_grace_s: how long a cancelled rollout gets before its result is published.
+
+    Raises:
+        ValueError: a timing is invalid (``check_timings``).
+        RunDirError: the run directory cannot be used.
+    """
+
+    def __init__(
+        self,
+        backend: LocalBackend,
+        *,
+        run_dir: Path,
+        result_wait_s: float,
+        lease_s: float,
+        retention_s: float,
+        concurrency: int | None,
+        secrets: tuple[str, ...] = (),
+        drain_s: float = DRAIN_S,
+        cleanup_s: float = CLEANUP_S,
+        abandon_grace_s: float = ABANDON_GRACE_S,
+    ) -> None:
+        check_timings(wait_s=result_wait_s, lease_s=lease_s, retention_s=retention_s)
+        self.backend = backend
+        self.result_wait_s = result_wait_s
+        self.lease_s = lease_s
+        self.concurrency = concurrency
+        self.drain_s = drain_s
+        self.cleanup_s = cleanup_s
+        self.abandon_grace_s = abandon_grace_s
+        self.accepting = True
+        self.process_id = str(uuid.uuid4())
+        self.instance_id = os.environ.get("_OSMOSIS_ROLLOUT_INSTANCE_ID") or self.process_id
+        self.table = RolloutTable(
+            lease_s=lease_s, retention_s=retention_s, on_expired=self._lease_expired
+        )
+        self.store = _open_store(run_dir, backend, secrets)
+        backend.artifact_root = self.store.rollouts_dir.absolute()
+        self.executor = LocalExecutor(backend, on_grading=self._grading)
+        self._window = asyncio.Semaphore(concurrency) if concurrency else None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._orphans: set[asyncio.Future[Any]] = set()
+        self._queued = 0
+        self._running = 0
+        self._admitted = 0
+        self._metrics = MetricsAccumulator(pass_threshold=1.0, samples=1, group_by=None)
+        self._hand_timer: asyncio.TimerHandle | None = None
+        self._reader: int | None = None
+        self._started = 0.0
+        self._recording_failed = False
+        self._closed = False
+
+    @property
+    def run_dir(self) -> Path:
+        """Where the served rollouts are recorded."""
+        return self.store.dir
+
+    @property
+    def active(self) -> int:
+        """Rollouts whose execution has not ended."""
+        return len(self._tasks)
+
+    async def start(self) -> None:
+        """Start recording (the writer process, if one can start)."""
+        self._started = time.perf_counter()
+        reply_fd = self.store.start_writer()
+        if reply_fd is not None:
+            asyncio.get_running_loop().add_reader(reply_fd, self.store.poll)
+            self._reader = reply_fd
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def admit(self, request: RolloutInitRequest) -> bytes:
+        """Admit one rollout; its execution is scheduled before the 202 body is returned.
+
+        Raises:
+            ProtocolError: 503 shutting down, 429 no capacity, 409 the id is held.
+        """
+        if not self.accepting:
+            raise ProtocolError(503, "rollout server is shutting down")
+        if not self.backend.has_capacity():
+            raise ProtocolError(
+                429, "rollout queue is full; retry later", headers={"Retry-After": RETRY_AFTER_S}
+            )
+        held = self.table.register(request.rollout_id)
+        if held is None:
+            raise ProtocolError(409, "rollout_id is already registered")
+        entry, token = held
+        entry.job = _job(request, self._admitted)
+        self._admitted += 1
+        try:
+            task = asyncio.get_running_loop().create_task(
+                self._execute(entry, request), name=request.rollout_id
+            )
+        except BaseException:
+            self.table.discard(entry)
+            raise
+        entry.task = task
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._ended(entry, done))
+        return dumps(
+            {
+                "rollout_id": request.rollout_id,
+                "status": "queued",
+                "polling_lease_token": token,
+                "result_wait_timeout_sec": float(self.result_wait_s),
+                "polling_lease_timeout_sec": float(self.lease_s),
+            }
+        )
+
+    async def poll(
+        self, rollout_id: str, token: str, *, gone: asyncio.Future[None] | None = None
+    ) -> bytes:
+        """One long-poll: renew the lease, wait for a status change, answer.
+
+        ``gone`` resolves when the client hangs up: the poll stops waiting.
+
+        Raises:
+            ProtocolError: 404 unknown rollout, 403 wrong lease.
+        """
+        entry = self._entry(rollout_id, token)
+        if entry.body is not None:
+            return entry.body
+        if not self.table.renew(entry):
+            self._lease_expired(entry)
+        if entry.body is not None:
+            return entry.body
+        await self.table.wait_for_change(entry, self.result_wait_s, gone=gone)
+        entry = self._entry(rollout_id, token)
+        if entry.body is not None:
+            return entry.body
+        return status_body(rollout_id, entry.status)
+
+    def cancel(self, request: CancelRolloutsRequest) -> bytes:
+        """Cancel rollouts by ids, prefix or all; each gets its disposition.
+
+        Raises:
+            ProtocolError: 422 unless exactly one selector is given.
+        """
+        if request.selectors() != 1:
+            raise ProtocolError(422, "pass exactly one selector: ids, prefix, or all")
+        dispositions: dict[str, str] = {}
+        for rollout_id in self.table.select(
+            ids=request.ids, prefix=request.prefix, all=request.all
+        ):
+            entry = self.table.entries.get(rollout_id)
+            if entry is None or entry.body is not None:
+                dispositions[rollout_id] = "not_found"
+            else:
+                dispositions[rollout_id] = self._cancel_execution(entry)
+        return dumps({"dispositions": dispositions})
+
+    def health(self) -> bytes:
+        """The backend's health with live counts, the instance and the lifecycle."""
+        payload = dict(self.backend.health())
+        payload["concurrency"] = {
+            "max_concurrent": self.concurrency,
+            "queued": self._queued,
+            "running": self._running,
+        }
+        payload["instance_id"] = self.instance_id
+        payload["process_id"] = self.process_id
+        payload["lifecycle"] = {
+            "accepting_rollouts": self.accepting,
+            "active_rollouts": self.active,
+        }
+        return dumps(payload)
+
+    def _entry(self, rollout_id: str, token: str) -> Entry:
+        try:
+            return self.table.get(rollout_id, token)
+        except UnknownRollout:
+            raise ProtocolError(404, "unknown rollout_id") from None
+        except InvalidLease:
+            raise ProtocolError(403, "invalid polling lease") from None
+
+    # -- execution ------------------------------------------------------------------------
+
+    async def within(
+        self,
+        stage: str,  # noqa: ARG002  (the engine treats all stages alike)
+        seconds: float | None,
+        work: Any,
+        *,
+        rollout_id: str,
+        timed_out: Any,
+    ) -> Any:
+        """The engine's deadline for one stage (the executor's ``Deadlines``)."""
+        return await within_deadline(
+            seconds,
+            work,
+            rollout_id=rollout_id,
+            timed_out=timed_out,
+            abandon_grace_s=self.abandon_grace_s,
+            orphan=self._orphan,
+        )
+
+    async def _execute(self, entry: Entry, init: RolloutInitRequest) -> None:
+        """Wait for a slot, run the attempt, publish and record its result."""
+        request = construct(
+            ExecutionRequest,
+            id=init.rollout_id,
+            prompt=init.initial_messages,
+            label=init.label,
+            metadata=init.metadata,
+            agent_timeout_sec=init.agent_timeout_sec,
+            grader_timeout_sec=init.grader_timeout_sec,
+            grade=init.grade,
+        )
+        extra = {"request_extra_fields": init.extra_fields} if init.extra_fields else None
+        try:
+            result = await self._attempt(entry, request, init, entry.job.seed)
+        except asyncio.CancelledError:
+            self._publish(entry, _cancelled(), request, None, extra)
+            raise
+        if entry.disposition is not None:  # cancelled, and its code returned all the same
+            self._publish(entry, _cancelled(), request, None, extra)
+            return
+        timings = {"workflow_ms": result.workflow_ms, "grader_ms": result.grader_ms}
+        self._publish(entry, result.outcome, request, timings, extra)
+
+    async def _attempt(
+        self, entry: Entry, request: ExecutionRequest, init: RolloutInitRequest, seed: int
+    ) -> AttemptResult:
+        window = self._window
+        self._queued += 1
+        try:
+            if window is not None:
+                await window.acquire()
+        finally:
+            self._queued -= 1
+        self._running += 1
+        try:
+            self.table.set_status(entry, RolloutStatus.RUNNING)
+            context = RolloutContext(
+                chat_completions_url=init.chat_completions_url,
+                api_key=init.llm_api_key,
+                rollout_id=init.rollout_id,
+                seed=seed,
+            )
+            try:
+                return await self.executor.run(Attempt(request, 1, context), self)
+            except Exception as exc:  # a bug below the seam: this rollout's failure, logged
+                logger.exception("rollout %s crashed", init.rollout_id)
+                return AttemptResult(_crashed(exc), None, None)
+        finally:
+            self._running -= 1
+            if window is not None:
+                window.release()
+
+    def _grading(self, rollout_id: str) -> None:
+        entry = self.table.entries.get(rollout_id)
+        if entry is not None:
+            self.table.set_status(entry, RolloutStatus.GRADING)
+
+    def _publish(
+        self,
+        entry: Entry,
+        outcome: ExecutionOutcome,
+        request: ExecutionRequest | None,
+        timings: dict[str, float | None] | None,
+        extra: dict[str, Any] | None,
+    ) -> None:
+        """Make a rollout's result final (once) and record it."""
+        if entry.body is not None:
+            return
+        self._record(entry.job, outcome, request, timings, extra)
+        self.table.finish(entry, outcome.result.status, result_body(entry.rollout_id, outcome))
+
+    def _lease_expired(self, entry: Entry) -> None:
+        """Nobody polled for a lease's length: the result is a failure, the execution stops."""
+        if entry.body is not None:
+            return
+        expired = ExecutionResult(
+            status=RolloutStatus.FAILURE,
+            err_message="polling lease expired",
+            err_category=RolloutErrorCategory.LEASE_EXPIRED,
+            extra_fields={"stage": "server"},
+        )
+        self._publish(entry, _outcome(expired), None, None, None)
+        self._cancel_execution(entry)
+
+    def _cancel_execution(self, entry: Entry) -> str:
+        """Cancel a rollout's execution (once); its result follows when it ends."""
+        if entry.disposition is not None:
+            return entry.disposition
+        queued = entry.status == RolloutStatus.QUEUED
+        entry.disposition = "cancelled_queued" if queued else "cancelled_running"
+        task = entry.task
+        if task is not None and not task.done():
+            task.cancel()
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.abandon_grace_s, self._abandon, entry)
+        return entry.disposition
+
+    def _abandon(self, entry: Entry) -> None:
+        """A cancelled rollout still running after the grace: publish it, leave its task."""
+        if entry.body is None:
+            self._publish(entry, _cancelled(), None, None, None)
+        if entry.task is not None:
+            self._orphan(entry.task)
+
+    def _ended(self, entry: Entry, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # only a bug gets here
+            logger.error("rollout %s task failed", entry.rollout_id, exc_info=task.exception())
+            self._publish(entry, _crashed(task.exception() or RuntimeError()), None, None, None)
+        if entry.release_when_done:
+            self.table.release(entry)
+
+    def _orphan(self, task: asyncio.Future[Any]) -> None:
+        if not task.done():
+            self._orphans.add(task)
+            task.add_done_callback(self._orphans.discard)
+
+    # -- records --------------------------------------------------------------------------
+
+    def _record(
+        self,
+        job: Job,
+        outcome: ExecutionOutcome,
+        request: ExecutionRequest | None,
+        timings: dict[str, float | None] | None,
+        extra: dict[str, Any] | None,
+    ) -> None:
+        """Write one finished rollout into the run directory (a failure is logged once)."""
+        if self._closed:
+            return
+        line = result_line(
+            job,
+            outcome,
+            timings or {"workflow_ms": None, "grader_ms": None},
+            1,
+            pass_threshold=1.0,
+        )
+        if outcome.result.status == RolloutStatus.CANCELLED:
+            line = line.model_copy(update={"error_category": CANCELLED})
+        try:
+            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
+        except ValueError as exc:  # output JSON cannot hold: this rollout's validation_error
+            line, outcome = unwritable(line, outcome, exc)
+            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
+        try:
+            self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
+        except InfrastructureError as exc:
+            self._recording_error(exc)
+            return
+        self._metrics.add(line)
+        self._schedule_hand_off()
+
+    @staticmethod
+    def _documents(
+        job: Job,
+        line: ResultLine,
+        outcome: ExecutionOutcome,
+        request: ExecutionRequest | None,
+        timings: dict[str, float | None] | None,
+        extra: dict[str, Any] | None,
+    ) -> tuple[bytes, bytes, bytes | None]:
+        """The results line, result.json and trajectory.json of a rollout.
+
+        Raises:
+            ValueError: the rollout's output holds a value JSON cannot hold.
+        """
+        raw = encode(line.__dict__)
+        doc = result_document(job, line, outcome, request, timings)
+        return raw, doc, trajectory_document(line, outcome, extra=extra)
+
+    def _schedule_hand_off(self) -> None:
+        if self.store.pending and self._hand_timer is None:
+            self._hand_timer = asyncio.get_running_loop().call_later(TICK_S, self._hand_off)
+
+    def _hand_off(self) -> None:
+        self._hand_timer = None
+        try:
+            self.store.hand_off()
+        except InfrastructureError as exc:
+            self._recording_error(exc)
+
+    def _recording_error(self, exc: InfrastructureError) -> None:
+        if not self._recording_failed:
+            self._recording_failed = True
+            logger.error("recording served rollouts failed: %s", exc)
+
+    def summary(self) -> Summary:
+        """The metrics of what this server recorded."""
+        wall = time.perf_counter() - self._started if self._started else None
+        return self._metrics.summary(planned=None, wall_s=wall, interrupted=False)
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def stop_admitting(self) -> None:
+        """New rollouts get 503 from now on."""
+        self.accepting = False
+
+    async def shutdown(self) -> None:
+        """Stop admitting, drain, cancel what is left, write what finished and the summary."""
+        self.stop_admitting()
+        pending = set(self._tasks)
+        if pending:
+            logger.info("draining %d rollout(s) in flight", len(pending))
+            _, pending = await asyncio.wait(pending, timeout=self.drain_s)
+        if pending:
+            for entry in self.table.in_flight():
+                self._cancel_execution(entry)
+            _, pending = await asyncio.wait(pending, timeout=self.cleanup_s)
+        for entry in self.table.in_flight():  # ignored its cancellation: published, left
+            self._abandon(entry)
+        self.table.close()
+        self._close_store()
+        await self.backend.shutdown()
+
+    def _close_store(self) -> None:
+        if self._hand_timer is not None:
+            self._hand_timer.cancel()
+            self._hand_timer = None
+        if self._reader is not None:
+            asyncio.get_running_loop().remove_reader(self._reader)
+            self._reader = None
+        self._closed = True
+        try:
+            self.store.close(lambda _durable: self.summary())
+        except InfrastructureError as exc:
+            self._recording_error(exc)
+
+
+def _open_store(run_dir: Path, backend: LocalBackend, secrets: tuple[str, ...]) -> RunStore:
+    store = RunStore(run_dir, secrets=tuple(s for s in secrets if s), background=True)
+    try:
+        store.open(_fingerprint(backend), fresh=False)
+    except FingerprintMismatchError as exc:
+        raise RunDirError(
+            str(exc).replace("add --fresh to start it over, or choose", "choose")
+        ) from None
+    return store
+
+
+def _fingerprint(backend: LocalBackend) -> dict[str, Any]:
+    """What a served run is made from: the workflow and grader, and their sources."""
+    workflow, grader = backend.workflow_cls, backend.grader_cls
+    return {
+        "served": True,
+        "workflow": _path_of(workflow),
+        "workflow_source": source_hash(workflow),
+        "grader": _path_of(grader) if grader is not None else None,
+        "grader_source": source_hash(grader),
+    }
+
+
+def _path_of(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _job(init: RolloutInitRequest, index: int) -> Job:
+    row = Row(
+        index=index,
+        line=index + 1,
+        id=None,
+        prompt=None,
+        label=init.label,
+        metadata=init.metadata,
+        digest="",
+    )
+    return Job(row, 0, init.rollout_id, rollout_seed(0, init.rollout_id, 0))
+
+
+def _outcome(result: ExecutionResult) -> ExecutionOutcome:
+    return construct(ExecutionOutcome, workflow=result, grader=None)
+
+
+def _cancelled() -> ExecutionOutcome:
+    return _outcome(
+        ExecutionResult(
+            status=RolloutStatus.CANCELLED,
+            err_message=CANCELLED,
+            extra_fields={"stage": "server"},
+        )
+    )
+
+
+def _crashed(exc: BaseException) -> ExecutionOutcome:
+    return _outcome(
+        ExecutionResult(
+            status=RolloutStatus.FAILURE,
+            err_message=str(exc) or "Internal server error",
+            err_category=RolloutErrorCategory.INTERNAL_ERROR,
+            extra_fields={"stage": "server", "error_type": type(exc).__name__},
+        )
+    )

@@ -1,0 +1,162 @@
+"""The options of ``osmosis-run serve`` as one model, and where each value comes from.
+
+Precedence, highest first: the command line; the environment (``_OSMOSIS_ROLLOUT_PORT`` for
+the port, ``OSMOSIS_ROLLOUT_API_KEY`` for the key clients must send, as the SDK's scaffold
+reads them); the ``[serve]`` table of the config file (the same TOML as eval: its workflow,
+grader and configs are the served ones); the defaults below. The API key is never read from a
+file. ``out`` in the file is relative to the file's folder.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from osmosis_run.errors import ConfigError
+from osmosis_run.run.settings import UNLIMITED, parse_concurrency
+
+__all__ = ["PORT_ENV", "API_KEY_ENV", "ServeSettings", "resolve_serve_settings"]
+
+PORT_ENV = "_OSMOSIS_ROLLOUT_PORT"
+API_KEY_ENV = "OSMOSIS_ROLLOUT_API_KEY"
+DEFAULT_PORT = 8000
+_TABLE = "serve"
+_FILE_KEYS = ("host", "port", "result_wait", "lease", "retention", "concurrency", "out")
+
+
+class ServeSettings(BaseModel):
+    """Everything ``osmosis-run serve`` needs besides the workflow and grader.
+
+    Attributes:
+        host: the address to listen on.
+        port: the port (0: any free port).
+        api_key: the Bearer key clients must send (None: no auth).
+        result_wait: seconds a poll waits for a status change.
+        lease: seconds a rollout lives without a poll.
+        retention: seconds a final result stays pollable.
+        concurrency: rollouts executing at once (``"unlimited"``, or None: the workflow
+            config's limit, else 4).
+        out: the run directory (None: ``runs/serve-<UTC time>-<pid>``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535)
+    api_key: SecretStr | None = Field(None, repr=False)
+    result_wait: float = Field(30.0, gt=0)
+    lease: float = Field(120.0, gt=0)
+    retention: float = Field(900.0, ge=0)
+    concurrency: int | str | None = None
+    out: str | None = None
+
+    @field_validator("result_wait", "lease", "retention")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _concurrency(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError("must be a count, or unlimited")  # noqa: TRY004  (pydantic wants it)
+        parsed = parse_concurrency(value)
+        if isinstance(parsed, int) and parsed < 1:
+            raise ValueError("must be at least 1, or unlimited")
+        return parsed
+
+    @field_validator("api_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("must not be blank")
+        return value
+
+    def limit(self) -> int | None:
+        """``concurrency`` for the server: None to use the backend's, 0 for no limit."""
+        if self.concurrency == UNLIMITED:
+            return 0
+        return self.concurrency if isinstance(self.concurrency, int) else None
+
+    def api_key_value(self) -> str | None:
+        """The key itself (None when not given)."""
+        return self.api_key.get_secret_value() if self.api_key is not None else None
+
+
+def _file_values(path: Path) -> dict[str, Any]:
+    """The ``[serve]`` table of a config file (the rest is eval's, read by its loader)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}  # eval's loader reads the same file and says what is wrong with it
+    table = data.get(_TABLE, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f'{path}: "{_TABLE}" must be a table')
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key == "api_key":
+            raise ConfigError(
+                f"{path}: serve.api_key is never read from a file; use --api-key or {API_KEY_ENV}"
+            )
+        if key not in _FILE_KEYS:
+            raise ConfigError(f'{path}: unknown key "serve.{key}"; known: {", ".join(_FILE_KEYS)}')
+        values[key] = value
+    if isinstance(values.get("out"), str):
+        values["out"] = os.path.normpath(path.parent / values["out"])
+    return values
+
+
+def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if environ.get(PORT_ENV):
+        values["port"] = environ[PORT_ENV]
+    if environ.get(API_KEY_ENV):
+        values["api_key"] = environ[API_KEY_ENV]
+    return values
+
+
+_SOURCE_NAMES = {"port": PORT_ENV, "api_key": API_KEY_ENV}
+
+
+def resolve_serve_settings(
+    cli: Mapping[str, Any],
+    *,
+    config_file: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ServeSettings:
+    """Merge defaults < ``[serve]`` table < environment < command line.
+
+    Raises:
+        ConfigError: a value is invalid; the message names the option and its source.
+    """
+    env = os.environ if environ is None else environ
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if config_file is not None:
+        layers.append((str(config_file), _file_values(config_file)))
+    layers.append(("environment", _env_values(env)))
+    layers.append(("command line", {k: v for k, v in cli.items() if v is not None}))
+    merged: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, values in layers:
+        merged.update(values)
+        for key in values:
+            origin[key] = _SOURCE_NAMES[key] if source == "environment" else source
+    try:
+        return ServeSettings.model_validate(merged)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error["loc"] else "?"
+        shown = "[REDACTED]" if key == "api_key" else repr(error.get("input"))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        where = origin.get(key, "defaults")
+        raise ConfigError(f"--{key.replace('_', '-')} ({where}): {message} (got {shown})") from None
