@@ -47,13 +47,28 @@ from osmosis_run.sdk.types import (
 )
 from osmosis_run.store.layout import ROLLOUTS
 
-__all__ = ["OsmosisAiBackend", "OsmosisAiExecutor", "uses_osmosis_ai"]
+__all__ = ["OsmosisAiBackend", "OsmosisAiExecutor", "backend_for", "uses_osmosis_ai"]
 
 
 def uses_osmosis_ai(components: Components) -> bool:
     """Whether the workflow or the grader subclasses osmosis_ai's classes."""
     return _osmosis_ai.is_osmosis_ai(components.workflow, "AgentWorkflow") or (
         components.grader is not None and _osmosis_ai.is_osmosis_ai(components.grader, "Grader")
+    )
+
+
+def backend_for(components: Components, **options: Any) -> LocalBackend:
+    """The in-process backend of these classes: ``OsmosisAiBackend`` if any is osmosis_ai's.
+
+    ``options`` are ``LocalBackend``'s other keyword arguments (``artifact_root``).
+    """
+    kind = OsmosisAiBackend if uses_osmosis_ai(components) else LocalBackend
+    return kind(
+        workflow=components.workflow,
+        workflow_config=components.workflow_config,
+        grader=components.grader,
+        grader_config=components.grader_config,
+        **options,
     )
 
 
