@@ -7,6 +7,7 @@ through osmosis-ai's own ``LocalBackend`` and compare row for row.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from typing import Any
 
@@ -25,7 +26,7 @@ from osmosis_ai.rollout import (
 
 MODES = [
     "output", "messages", "source", "none", "no_messages", "value_error", "type_error",
-    "assertion", "timeout", "runtime", "bad_return", "context",
+    "assertion", "timeout", "runtime", "bad_return", "context", "sleep",
 ]  # fmt: skip
 
 
@@ -67,6 +68,8 @@ class Flow(AgentWorkflow[FlowConfig]):
             return None
         if mode == "no_messages":
             return AgentWorkflowOutput(messages=None)
+        if mode == "sleep":  # past the deadline (--agent-timeout; osmosis-ai: agent_timeout_sec)
+            await asyncio.sleep(30)
         if mode == "context":
             # osmosis_ai's own context objects and ambient context, as its LocalBackend gives.
             assert type(ctx) is AgentWorkflowContext, type(ctx)

@@ -88,7 +88,7 @@ def test_osmosis_ai_classes_agree_with_osmosis_ais_local_backend_row_for_row(
         "eval", "rows.jsonl",
         "--workflow", f"{FLOWS}:Flow", "--workflow-config", f"{FLOWS}:flow_config",
         "--grader", f"{FLOWS}:Judge", "--grader-config", f"{FLOWS}:judge_config",
-        "--out", "run", "--max-error-rate", "100%",
+        "--out", "run", "--max-error-rate", "100%", "--agent-timeout", "1",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     ours = {line.rollout_id: line for line in results(tmp_path / "run")}
@@ -123,4 +123,27 @@ def test_osmosis_ai_classes_agree_with_osmosis_ais_local_backend_row_for_row(
         "meta-only": ("success", None, 0.0),
         "bare": ("ungraded", None, None),
         "bare-failing": ("failure", "agent_error", None),
+        "sleep": ("timeout", "timeout", None),
     }
+
+
+def test_validate_loads_osmosis_ai_classes_and_configs(cli: Any, tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "rows.jsonl", parity_rows())
+    result = cli(
+        "validate", "rows.jsonl",
+        "--workflow", f"{FLOWS}:Flow", "--workflow-config", f"{FLOWS}:flow_config",
+        "--grader", f"{FLOWS}:Judge", "--grader-config", f"{FLOWS}:judge_config",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "rows.jsonl: 21 rows, 0 invalid\n"
+
+
+def test_a_config_file_overrides_an_osmosis_ai_config_instance(cli: Any, tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "output", "label": "fine"}])
+    (tmp_path / "eval.toml").write_text(
+        f'dataset = "rows.jsonl"\nworkflow = "{FLOWS}:Flow"\ngrader = "{FLOWS}:Judge"\n'
+        f'[workflow_config]\nfrom = "{FLOWS}:flow_config"\nanswer = "fine"\n'
+    )
+    result = cli("eval", "--config", "eval.toml", "--out", "run")
+    assert result.exit_code == 0, result.output
+    assert [(x.status, x.reward) for x in results(tmp_path / "run")] == [("success", 1.0)]
