@@ -18,6 +18,10 @@ Paths in a config file are relative to the file's folder, and that folder is imp
 file's ``module:attr`` paths: it becomes ``import_paths`` unless the file sets ``import_paths``
 itself (``run.toml`` does, so a saved run imports what the original run imported).
 
+An Osmosis workspace eval config (``configs/eval/NAME.toml``) works as a config file: its
+``[experiment]``, ``[env]``, ``[secrets]`` and ``[advanced]`` are read by ``workspace_config``
+(the entrypoint located, names checked) and applied when the run is prepared (``workspace``).
+
 Every option form is parsed as the model is validated (from any source, and in
 ``EvalSettings.model_validate``), so a bad value is a ``ConfigError`` before anything loads:
 ``rows`` ("3,7,10-20") becomes inclusive ranges, ``shard`` ("I/N") a pair, ``fail_under`` gates,
