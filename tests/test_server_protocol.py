@@ -536,7 +536,7 @@ def test_api_key_guards_every_route(tmp_path: Path) -> None:
 
 def test_factory_arguments_are_checked_as_the_sdk_checks_them(tmp_path: Path) -> None:
     backend = LocalBackend(workflow="server_flows:Upper")
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         (
             {"result_wait_timeout_sec": 0},
             "result_wait_timeout_sec must be finite and greater than zero",

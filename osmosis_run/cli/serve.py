@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -187,13 +188,22 @@ def _import_server() -> Any:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything is served (a taken port is exit 2)."""
+    """The listening socket, bound before anything is served (a taken port is exit 2).
+
+    Made with ``IPPROTO_TCP`` named: asyncio turns Nagle's algorithm off only on sockets that
+    say so, and a long-poll answered in two writes would otherwise wait for a delayed ACK.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.create_server((host, port), family=family, backlog=2048)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        listener.bind((host, port))
+        listener.listen(2048)
     except OSError as exc:
+        listener.close()
         reason = exc.strerror or str(exc)
-        if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
+        if exc.errno == errno.EADDRINUSE:
             reason = "the address is already in use; stop what listens there or choose --port"
         raise _Unusable(f"cannot listen on {_url(host, port)}: {reason}") from None
     listener.set_inheritable(False)

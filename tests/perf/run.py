@@ -18,11 +18,11 @@ from .settle import QUIET_S, probe, quiet_for
 from .workloads import Bench, Line, log
 from .workspace import HarnessError, Workspace, find_floor, osmosis_run_command
 
-ALL = ("W1", "W1-ram", "W2", "W3", "W4", "W5", "W6")
+ALL = ("W1", "W1-ram", "W2", "W3", "W4", "W5", "W6", "W8")
 # The order they run in. W6 is a ratio to W1's wall, so it runs right after W1, before anything
 # else changes the machine; the start-up figures (W5) come before W4 fills 1.7 GB of RAM.
 # W1-ram writes to RAM only, so where it runs does not matter to the disk's figures.
-ORDER = ("W1", "W6", "W1-ram", "W2", "W3", "W5", "W4")
+ORDER = ("W1", "W6", "W1-ram", "W2", "W3", "W5", "W4", "W8")
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -181,6 +181,7 @@ class Bench:
             "W4": self.w4_memory,
             "W5": self.w5_startup,
             "W6": self.w6_resume,
+            "W8": self.w8_serve,
         }
 
     # -- running the two programs --------------------------------------------------------
@@ -557,3 +558,15 @@ class Bench:
             w1_wall_s=w1.process.wall_s,
             resume_rss_mib=statistics.median(r.process.rss_mib for r in runs),
         )
+
+    def w8_serve(self) -> Line:
+        """W8 (tests/perf/w8_serve.py), run in the interop Python (osmosis-ai installed)."""
+        from .w8_serve import ROLLOUTS, interop_python
+
+        python = interop_python()
+        script = Path(__file__).with_name("w8_serve.py")
+        cmd = [python, str(script), "--rollouts", str(self.rows(ROLLOUTS))]
+        process = self._measure(cmd, "w8")
+        process.check("W8")
+        line: Line = json.loads(process.stdout.strip().splitlines()[-1])
+        return line
