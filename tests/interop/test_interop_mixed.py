@@ -47,3 +47,14 @@ def test_plain_osmosis_run_code_never_imports_osmosis_ai(tmp_path: Path) -> None
     (line,) = results(tmp_path / "run")
     assert line.status == "ungraded"
     assert line.metrics == {"osmosis_ai_loaded": 0.0}
+
+
+def test_an_osmosis_run_workflow_with_an_osmosis_ai_grader(cli: Any, tmp_path: Path) -> None:
+    """Each class gets its own SDK's objects (the grader asserts it got osmosis_ai's context)."""
+    write_jsonl(tmp_path / "rows.jsonl", [{"id": "a", "prompt": "their_output", "label": "ok"}])
+    result = cli(
+        "eval", "rows.jsonl", "--workflow", "interop.mixed_flows:Mixed",
+        "--grader", "interop.osmosis_ai_flows:Judge", "--out", "run",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert [(x.status, x.reward) for x in results(tmp_path / "run")] == [("success", 1.0)]
