@@ -8,6 +8,7 @@ osmosis-ai's own classes and scaffold.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import textwrap
 from collections.abc import Callable
@@ -302,4 +303,21 @@ def test_read_dotenv(tmp_path: Path) -> None:
         read_dotenv(tmp_path / "missing.env")
     assert str(caught.value) == (
         f"cannot read secrets file {tmp_path / 'missing.env'}: No such file or directory"
+    )
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("osmosis_ai") is not None, reason="osmosis_ai is installed here"
+)
+def test_osmosis_ai_code_without_osmosis_ai_installed_says_what_to_do(
+    cli: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "theirs.py").write_text("from osmosis_ai.rollout import AgentWorkflow\n")
+    write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "p"}])
+    result = cli("eval", "rows.jsonl", "--workflow", "theirs:W")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == (
+        'error: importing "theirs" (for "theirs:W") raised ModuleNotFoundError: No module named '
+        "'osmosis_ai'; the code is written for osmosis-ai: install it (Python >= 3.12), or port "
+        "the import lines to osmosis_run"
     )

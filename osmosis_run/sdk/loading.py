@@ -109,7 +109,13 @@ def _is_prefix(missing: str, module_name: str) -> bool:
 def _user_import_error(path: str, exc: BaseException) -> UserModuleImportError:
     module_name = path.partition(":")[0]
     what = f'"{module_name}"' if module_name == path else f'"{module_name}" (for "{path}")'
-    return UserModuleImportError(f"importing {what} raised {type(exc).__name__}: {exc}")
+    hint = ""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "osmosis_ai":
+        hint = (
+            "; the code is written for osmosis-ai: install it (Python >= 3.12), "
+            "or port the import lines to osmosis_run"
+        )
+    return UserModuleImportError(f"importing {what} raised {type(exc).__name__}: {exc}{hint}")
 
 
 def _missing_message(path: str, owner: object, owner_name: str, part: str) -> str:
