@@ -41,7 +41,6 @@ _HOMES = {
     "GraderConfig": "osmosis_ai.rollout.types.config",
     "AgentWorkflowOutput": "osmosis_ai.rollout.types.output",
     "RolloutSample": "osmosis_ai.rollout.types.sample",
-    "RolloutContext": "osmosis_ai.rollout.context",
     "LocalBackend": "osmosis_ai.rollout.backend.local.backend",
 }
 
