@@ -169,7 +169,7 @@ def test_unknown_sections_are_named(cli: Cli, workspace: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr == (
         f"error: {path}: unknown sections [training], [llm]; known: [experiment], [evaluation], "
-        "[env], [secrets], [advanced], [workflow_config], [grader_config]\n"
+        "[env], [secrets], [advanced], [workflow_config], [grader_config], [serve]\n"
     )
 
 

@@ -474,7 +474,7 @@ def _refuse_unknown_sections(path: Path, data: dict[str, Any]) -> None:
         key
         for key, value in data.items()
         if isinstance(value, dict)
-        and key not in ("evaluation", *_WORKSPACE_SECTIONS, *_TABLES)
+        and key not in ("evaluation", "serve", *_WORKSPACE_SECTIONS, *_TABLES)
         and key not in GROUP_OF
     ]
     if unknown:
@@ -482,7 +482,7 @@ def _refuse_unknown_sections(path: Path, data: dict[str, Any]) -> None:
         raise ConfigError(
             f"{path}: unknown section{'s' if len(unknown) > 1 else ''} {sections}; known: "
             "[experiment], [evaluation], [env], [secrets], [advanced], [workflow_config], "
-            "[grader_config]"
+            "[grader_config], [serve]"
         )
 
 
