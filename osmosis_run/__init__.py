@@ -14,10 +14,12 @@ sdk backend, and finished rollouts -> store.
     store/           the run directory: its layout, the store and its writer process, reading
                      a run back
     run/             the engine: settings, components, fingerprint, dataset rows, selection, the
-                     scheduler and its execution seam, rollout records, ATIF, validate
+                     scheduler and its execution seam, rollout records, ATIF, validate, Osmosis
+                     workspace eval configs
     gateway/         the model gateway: per-rollout URLs, usage, pacing, call records, cache
-    backends/        what runs an attempt behind the seam: in-process, a Ray actor pool (Ray is
-                     imported for --backend ray only), and a fake for tests
+    backends/        what runs an attempt behind the seam: in-process, osmosis_ai classes
+                     unchanged (with osmosis_ai's own objects), a rollout server (--server), a
+                     Ray actor pool (Ray is imported for --backend ray only), and a fake for tests
     server/          the rollout server: protocol, leases and retention, the app (extra "server")
     reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run

@@ -703,10 +703,11 @@ FLAT_NAMES = {
         "dataset", "workflow", "grader", "workflow_config", "grader_config",
         "workflow_config_overrides", "grader_config_overrides", "import_paths", "samples",
         "limit", "offset", "rows", "ids", "shuffle", "seed", "shard",
+        "entrypoint", "experiment", "advanced", "env", "secrets",
     ],
     "execution": [
         "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
-        "api_key", "server", "server_api_key",
+        "api_key", "server", "server_api_key", "secrets_file",
         "backend", "ray_address", "ray_actors", "ray_actor_cpus", "ray_batch", "ray_shared_fs",
         "ray_ready_timeout",
     ],

@@ -1,6 +1,7 @@
 """What runs an attempt behind the engine's seam (``osmosis_run.run.seam``).
 
-``local`` runs the user's classes in this process (``LocalBackend``); ``remote`` has a rollout
+``local`` runs the user's classes in this process (``LocalBackend``); ``osmosis_ai`` runs
+osmosis_ai classes unchanged (with osmosis_ai's own context objects); ``remote`` has a rollout
 server run them (``--server URL``, needs httpx: ``osmosis-run[remote]``); ``ray`` runs them on a
 pool of Ray actors (imported only for ``--backend ray``); ``fake`` answers attempts from a
 function, for tests of the engine. ``executor_for(plan)`` picks the one a plan asks for.
@@ -9,6 +10,7 @@ function, for tests of the engine. ``executor_for(plan)`` picks the one a plan a
 from __future__ import annotations
 
 from osmosis_run.backends.local import LocalExecutor
+from osmosis_run.backends.osmosis_ai import OsmosisAiExecutor, uses_osmosis_ai
 from osmosis_run.errors import ConfigError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Executor
@@ -35,4 +37,6 @@ def executor_for(plan: Plan) -> Executor:
         from osmosis_run.backends.ray import RayExecutor  # imports Ray: only when asked for
 
         return RayExecutor.from_plan(plan)
+    if uses_osmosis_ai(plan.local_components()):  # with osmosis_ai's own context objects
+        return OsmosisAiExecutor.from_plan(plan)
     return LocalExecutor.from_plan(plan)

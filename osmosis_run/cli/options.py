@@ -49,6 +49,21 @@ Rows = Annotated[
     opt("--rows", help='Row indices and ranges, 0-based: "3,7,10-20".', panel=SELECTION),
 ]
 Ids = Annotated[str | None, opt("--ids", help="Only rows with these ids: a,b,c.", panel=SELECTION)]
+DatasetFile = Annotated[
+    str | None,
+    opt(
+        "--dataset-file",
+        help="The dataset, as osmosis-ai's option names it (the same as DATASET).",
+    ),
+]
+SecretsFile = Annotated[
+    str | None,
+    opt(
+        "--secrets-file",
+        help="dotenv file with the values of a workspace config's [secrets] names "
+        "(else the environment); never copied anywhere.",
+    ),
+]
 Shard = Annotated[
     str | None,
     opt("--shard", help="Shard I of N (I/N), stable by row key.", panel=SELECTION),
@@ -113,12 +128,20 @@ def resolve(values: dict[str, Any], config: Path | None) -> EvalSettings:
     Raises:
         OsmosisRunError: an option, variable or config file is invalid.
     """
+    from osmosis_run.errors import ConfigError
     from osmosis_run.run.components import add_import_path
     from osmosis_run.run.settings import resolve_settings
 
     add_import_path(Path.cwd())
     if config is not None:
         add_import_path(config.parent)
+    dataset_file = values.pop("dataset_file", None)
+    if dataset_file is not None:  # osmosis-ai's name for DATASET
+        if values.get("dataset") not in (None, dataset_file):
+            raise ConfigError(
+                f"DATASET {values['dataset']} and --dataset-file {dataset_file} differ; give one"
+            )
+        values["dataset"] = dataset_file
     return resolve_settings(values, config_file=config)
 
 

@@ -164,19 +164,14 @@ class _Unusable(Exception):
 def _prepare(
     components: dict[str, Any], serving: dict[str, Any], config: Path | None
 ) -> tuple[ServeSettings, LocalBackend]:
+    from osmosis_run.backends.osmosis_ai import backend_for
     from osmosis_run.run.components import load_components
-    from osmosis_run.sdk.backend import LocalBackend
     from osmosis_run.server.settings import resolve_serve_settings
 
     eval_settings = options.resolve(components, config)
     settings = resolve_serve_settings(serving, config_file=config)
     parts = load_components(eval_settings)
-    backend = LocalBackend(
-        workflow=parts.workflow,
-        workflow_config=parts.workflow_config,
-        grader=parts.grader,
-        grader_config=parts.grader_config,
-    )
+    backend = backend_for(parts)  # osmosis_ai classes get osmosis_ai's own objects
     return settings, backend
 
 

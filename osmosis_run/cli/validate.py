@@ -34,6 +34,8 @@ _EPILOG = (
 def validate_command(
     dataset: options.Dataset = None,
     config: options.Config = None,
+    dataset_file: options.DatasetFile = None,
+    secrets_file: options.SecretsFile = None,
     workflow: options.Workflow = None,
     grader: options.GraderClass = None,
     workflow_config: options.WorkflowConfig = None,

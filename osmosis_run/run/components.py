@@ -55,6 +55,11 @@ def check_inputs(settings: EvalSettings) -> str:
         DatasetError: the dataset does not exist, is a directory, or cannot be read.
     """
     if not settings.run.dataset:
+        if settings.run.experiment:  # experiment.dataset names a platform dataset
+            raise ConfigError(
+                "no dataset: give --dataset-file FILE (or DATASET); experiment.dataset names "
+                "a platform dataset, which osmosis-run does not fetch"
+            )
         raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
     if not settings.run.workflow and not settings.execution.server:
         raise ConfigError("no workflow: give --workflow module:Class")

@@ -9,7 +9,7 @@ executes it. Whatever can stop a run before it starts is raised here (exit code 
 from __future__ import annotations
 
 from collections.abc import Container, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,6 +19,7 @@ from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
 from osmosis_run.run.rollouts import Job
 from osmosis_run.run.selection import Selection, count_planned
 from osmosis_run.run.settings import UNLIMITED, EvalSettings
+from osmosis_run.run.workspace import open_workspace
 from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
 
 __all__ = ["JobSource", "Plan", "prepare"]
@@ -48,6 +49,7 @@ class Plan:
         concurrency: rollouts in flight at most (None: no limit).
         source: the rollouts, when they are not made from the dataset's rows: a re-grade
             (``osmosis_run.run.regrade``) replays the rollouts another run recorded.
+        secrets: a workspace config's [secrets] values, redacted from all the run writes.
     """
 
     settings: EvalSettings
@@ -59,6 +61,7 @@ class Plan:
     planned: int | None
     concurrency: int | None
     source: JobSource | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     def local_components(self) -> Components:
         """The loaded classes, for an executor that runs or ships them (every one but --server).
@@ -81,6 +84,7 @@ def prepare(settings: EvalSettings) -> Plan:
         OsmosisRunError: a missing or unreadable dataset, a bad ``module:attr`` path, a bad
             config override, a malformed selection (exit code 2).
     """
+    settings, secrets = open_workspace(settings)
     dataset = check_inputs(settings)
     selection = selection_of(settings)
     components = None if settings.execution.server else load_components(settings)
@@ -102,6 +106,7 @@ def prepare(settings: EvalSettings) -> Plan:
         run_dir=run_dir,
         planned=count_planned(dataset, selection, settings.run.samples),
         concurrency=_concurrency(settings, components),
+        secrets=secrets,
     )
 
 

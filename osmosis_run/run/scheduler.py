@@ -611,7 +611,7 @@ class Scheduler:
         """
         s = plan.settings
         key = s.execution.api_key_value()
-        store = RunStore(plan.run_dir, secrets=(key,) if key else ())
+        store = RunStore(plan.run_dir, secrets=tuple(v for v in (key, *plan.secrets) if v))
         store.open(plan.fingerprint, fresh=s.output.fresh)
         try:
             scheduler = cls(plan, executor, store, **options)

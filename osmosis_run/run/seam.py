@@ -40,9 +40,9 @@ How the backends to come fit (sketches, checked against this interface):
   as one actor call; the reply's outcome and the artifacts shipped with it come back as
   ``Artifacts(files=...)``; ``ActorDiedError`` raises ``AttemptLost`` after the actor is
   replaced.
-- **OsmosisAiExecutor** (osmosis_ai classes unchanged): like LocalExecutor over osmosis_ai's own
-  context objects, entering osmosis_ai's ambient ``RolloutContext``; the outcome is converted to
-  ours.
+- **OsmosisAiExecutor** (backends/osmosis_ai.py, osmosis_ai classes unchanged): LocalExecutor
+  over ``OsmosisAiBackend``, which gives them osmosis_ai's own context objects and enters
+  osmosis_ai's ambient ``RolloutContext``; the outcome is converted to ours.
 - **FakeExecutor** (backends/fake.py): outcomes from a handler function, for the engine's tests.
 """
 

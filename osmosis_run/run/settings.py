@@ -18,6 +18,10 @@ Paths in a config file are relative to the file's folder, and that folder is imp
 file's ``module:attr`` paths: it becomes ``import_paths`` unless the file sets ``import_paths``
 itself (``run.toml`` does, so a saved run imports what the original run imported).
 
+An Osmosis workspace eval config (``configs/eval/NAME.toml``) works as a config file: its
+``[experiment]``, ``[env]``, ``[secrets]`` and ``[advanced]`` are read by ``workspace_config``
+(the entrypoint located, names checked) and applied when the run is prepared (``workspace``).
+
 Every option form is parsed as the model is validated (from any source, and in
 ``EvalSettings.model_validate``), so a bad value is a ``ConfigError`` before anything loads:
 ``rows`` ("3,7,10-20") becomes inclusive ranges, ``shard`` ("I/N") a pair, ``fail_under`` gates,
@@ -55,6 +59,7 @@ from pydantic import (
 from osmosis_run.errors import ConfigError
 from osmosis_run.results.gates import Gate
 from osmosis_run.run.selection import parse_rows_spec, parse_shard
+from osmosis_run.run.workspace_config import locate_experiment, read_section
 
 __all__ = [
     "ENV_PREFIX",
@@ -107,6 +112,14 @@ class RunSpec(_Group):
     shuffle: bool = False
     seed: int = 0
     shard: tuple[int, int] | None = None
+    # An Osmosis workspace eval config (see osmosis_run.run.workspace): the entrypoint file whose
+    # module-level LocalBackend or classes the run uses, [experiment] and [advanced] as given
+    # (recorded), [env] (set for the run) and the [secrets] names (values never kept here).
+    entrypoint: str | None = None
+    experiment: dict[str, Any] = Field(default_factory=dict)
+    advanced: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list)
 
     @field_validator("limit", "offset", mode="before")
     @classmethod
@@ -177,6 +190,7 @@ class Execution(_Group):
     ray_ready_timeout: float = Field(120.0, gt=0)
     server: str | None = None
     server_api_key: SecretStr | None = Field(None, repr=False, exclude=True)
+    secrets_file: str | None = None  # a dotenv file with the [secrets] values (--secrets-file)
 
     def api_key_value(self) -> str | None:
         """The API key itself, for the one place that sends it (None when not given)."""
@@ -390,8 +404,19 @@ _TABLES = {
     "workflow_config": "workflow_config_overrides",
     "grader_config": "grader_config_overrides",
 }
-_PATH_KEYS = ("dataset", "out", "runs_dir", "html", "junit", "baseline", "model_cache")
+_PATH_KEYS = (
+    "dataset",
+    "out",
+    "runs_dir",
+    "html",
+    "junit",
+    "baseline",
+    "model_cache",
+    "entrypoint",
+)
 _NOT_FROM_FILE = ("api_key", "server_api_key", *_TABLES.values())
+# An Osmosis workspace eval config's sections besides [evaluation] (osmosis_run.run.workspace).
+_WORKSPACE_SECTIONS = ("experiment", "env", "secrets", "advanced")
 
 
 def parse_concurrency(value: str | int | None) -> Concurrency:
@@ -492,8 +517,14 @@ def load_config_file(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     values: dict[str, Any] = {}
+    _refuse_unknown_sections(path, data)
     for key, value in data.items():
-        _take_file_key(values, path, key, value)
+        if key in _WORKSPACE_SECTIONS:
+            values.update(read_section(path, key, value))
+        else:
+            _take_file_key(values, path, key, value)
+    if "experiment" in data and "entrypoint" not in data:  # run.toml has it located already
+        _take_experiment(values, path)
     base = path.parent
     for key in _PATH_KEYS:
         if isinstance(values.get(key), str) and values[key] != "-":
@@ -504,6 +535,35 @@ def load_config_file(path: Path) -> dict[str, Any]:
             os.path.abspath(base / f) if isinstance(f, str) else f for f in folders
         ]
     return values
+
+
+def _take_experiment(values: dict[str, Any], path: Path) -> None:
+    """Locate an Osmosis [experiment]'s entrypoint; its folder is importable, first."""
+    rollout_dir, entrypoint = locate_experiment(path, values["experiment"])
+    values["entrypoint"] = str(entrypoint)
+    # The rollout's folder first: `main:MyWorkflow`, and the packages beside it, import.
+    values["import_paths"] = [str(rollout_dir), *values.get("import_paths", ["."])]
+    if "model" in GROUP_OF and "model_path" in values["experiment"]:
+        # The hook for the gateway's model (--model), where the gateway exists.
+        values.setdefault("model", values["experiment"]["model_path"])
+
+
+def _refuse_unknown_sections(path: Path, data: dict[str, Any]) -> None:
+    """Name every unknown table at once, as osmosis-ai does ("Unrecognized section")."""
+    unknown = [
+        key
+        for key, value in data.items()
+        if isinstance(value, dict)
+        and key not in ("evaluation", "serve", *_WORKSPACE_SECTIONS, *_TABLES)
+        and key not in GROUP_OF
+    ]
+    if unknown:
+        sections = ", ".join(f"[{key}]" for key in unknown)
+        raise ConfigError(
+            f"{path}: unknown section{'s' if len(unknown) > 1 else ''} {sections}; known: "
+            "[experiment], [evaluation], [env], [secrets], [advanced], [workflow_config], "
+            "[grader_config], [serve]"
+        )
 
 
 def _take_file_key(values: dict[str, Any], path: Path, key: str, value: Any) -> None:
@@ -549,7 +609,7 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
         if not name.startswith(ENV_PREFIX):
             continue
         key = name.removeprefix(ENV_PREFIX).lower()
-        if key not in GROUP_OF or key.endswith("_overrides"):
+        if key not in GROUP_OF or key.endswith("_overrides") or key in _WORKSPACE_SECTIONS:
             raise ConfigError(f"environment variable {name} is not an osmosis-run option")
         values[key] = value
     if "OSMOSIS_CHAT_COMPLETIONS_URL" in environ:
@@ -610,6 +670,10 @@ def settings_to_toml(settings: EvalSettings, *, run_dir: Path) -> str:
     data["out"] = os.path.abspath(run_dir)
     data["import_paths"] = [os.path.abspath(folder) for folder in data["import_paths"]]
     data["fail_under"] = [f"{g['metric']}={g['threshold']}" for g in data["fail_under"]]
+    for section in _WORKSPACE_SECTIONS:  # written as the workspace config writes them
+        value = data.pop(section, None)
+        if value:
+            data[section] = {"required": value} if section == "secrets" else value
     for table, overrides_key in _TABLES.items():
         overrides = data.pop(overrides_key)
         path = data.pop(table, None)

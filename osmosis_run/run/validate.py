@@ -16,6 +16,7 @@ from osmosis_run.run.components import check_inputs, load_components, selection_
 from osmosis_run.run.dataset import Row, iter_rows, no_rows_hint
 from osmosis_run.run.selection import select
 from osmosis_run.run.settings import EvalSettings
+from osmosis_run.run.workspace import open_workspace
 
 __all__ = ["MAX_PROBLEMS", "ValidationReport", "validate"]
 
@@ -58,7 +59,7 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
         OsmosisRunError: what stops a run before it starts (a missing dataset, a bad
             ``module:attr`` path, a bad config override, an unreadable file).
     """
-    s = settings
+    s, _ = open_workspace(settings)
     dataset = check_inputs(s)
     selection = selection_of(s)
     if s.execution.server is None:  # with --server, the server loads its own

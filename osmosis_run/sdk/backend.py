@@ -16,10 +16,11 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from osmosis_run import _redact as redact
 from osmosis_run._construct import construct
+from osmosis_run.sdk import _osmosis_ai
 from osmosis_run.sdk.context import (
     AgentWorkflowContext,
     GraderContext,
@@ -112,6 +113,8 @@ def coerce_output(value: object) -> AgentWorkflowOutput | None:
         return AgentWorkflowOutput.model_validate(value)
     if isinstance(value, list):
         return AgentWorkflowOutput(messages=value)
+    if _osmosis_ai.is_osmosis_ai(value, "AgentWorkflowOutput"):  # mixed code: theirs is ours
+        return cast("AgentWorkflowOutput", _osmosis_ai.from_osmosis_ai(value))
     raise TypeError(
         "run() must return AgentWorkflowOutput, a message list, or None; "
         f"got {type(value).__name__}"
@@ -214,12 +217,44 @@ class LocalBackend(ExecutionBackend):
         rollout_ctx = _rollout_context(request.id)
         try:
             with rollout_ctx:
-                output = coerce_output(await self.workflow_cls(config).run(ctx))
-                sample = await _sample_from(output, rollout_ctx, request)
+                if _osmosis_ai.loaded():  # mixed code: osmosis_ai's integrations in our workflow
+                    sample = await self._run_beside_osmosis_ai(ctx, config, rollout_ctx, request)
+                else:
+                    output = coerce_output(await self.workflow_cls(config).run(ctx))
+                    sample = await _sample_from(output, rollout_ctx, request)
         except BaseException as exc:  # sys.exit(), a stray CancelledError: one rollout's failure
             _reraise_if_cancelled(exc)
             return _failure(exc, "workflow", request.id)
         return _success(sample)
+
+    async def _run_beside_osmosis_ai(
+        self,
+        ctx: AgentWorkflowContext[Any],
+        config: AgentWorkflowConfig | None,
+        rollout_ctx: RolloutContext,
+        request: ExecutionRequest,
+    ) -> RolloutSample | None:
+        """Run the workflow inside osmosis_ai's ambient context too, and take its sample source.
+
+        osmosis_ai's integrations (``OsmosisMemorySession``, ``OsmosisLitellmModel``, ...) read
+        the endpoint from, and register their sample source on, osmosis_ai's context; an
+        osmosis_ai ``RolloutSample`` returned or given by a source becomes ours.
+        """
+        with _osmosis_ai.ambient(
+            rollout_id=rollout_ctx.rollout_id,
+            chat_completions_url=rollout_ctx.chat_completions_url,
+            api_key=rollout_ctx.api_key,
+        ) as theirs:
+            value = await self.workflow_cls(config).run(ctx)
+            if _osmosis_ai.is_osmosis_ai(value, "RolloutSample"):
+                sample = _osmosis_ai.sample_from_osmosis_ai(value)
+                if sample is not None and sample.label is None:
+                    sample.label = request.label
+                return sample
+            output = coerce_output(value)
+            if output is None and rollout_ctx.sample_source is None and theirs is not None:
+                rollout_ctx.sample_source = theirs.sample_source
+            return await _sample_from(output, rollout_ctx, request)
 
     async def run_grader(
         self, request: ExecutionRequest, workflow: ExecutionResult
@@ -333,6 +368,8 @@ async def _sample_from(
 ) -> RolloutSample | None:
     if output is None:
         sample = await rollout_ctx.get_sample()
+        if sample is not None and not isinstance(sample, RolloutSample):
+            sample = _osmosis_ai.from_osmosis_ai(sample)  # an osmosis_ai SampleSource's sample
         if sample is not None and sample.label is None:
             sample.label = request.label
         return sample

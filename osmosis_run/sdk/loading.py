@@ -1,4 +1,7 @@
-"""Turn a ``"module:attr"`` string into the object it names, with one typed error per failure."""
+"""Turn a ``"module:attr"`` string into the object it names, with one typed error per failure.
+
+Classes and configs may be ours or ``osmosis_ai.rollout``'s (when osmosis-ai is loaded).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import difflib
 import importlib
 import inspect
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, TypeVar, cast
 
 from osmosis_run.errors import (
@@ -15,8 +19,9 @@ from osmosis_run.errors import (
     UserModuleImportError,
     WrongKindError,
 )
+from osmosis_run.sdk._osmosis_ai import counterpart
 
-__all__ = ["import_from_string", "load_class", "load_instance"]
+__all__ = ["import_from_string", "load_class", "load_instance", "load_module"]
 
 T = TypeVar("T")
 
@@ -29,18 +34,7 @@ def import_from_string(path: str) -> Any:
             f'invalid import path "{path}": expected "module:attr", '
             'for example "my_rollout:MyWorkflow"'
         )
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and _is_prefix(exc.name, module_name):
-            raise ModuleNotFoundLoadError(
-                f'cannot import "{path}": no module named "{exc.name}"; check the spelling, '
-                "install the package, or run from the folder that holds it"
-            ) from None
-        raise _user_import_error(path, exc) from exc
-    except Exception as exc:
-        raise _user_import_error(path, exc) from exc
-    obj: Any = module
+    obj: Any = load_module(module_name, path=path)
     parts = attrs.split(".")
     for index, part in enumerate(parts):
         owner, obj = obj, getattr(obj, part, None)
@@ -50,13 +44,34 @@ def import_from_string(path: str) -> Any:
     return obj
 
 
+def load_module(module_name: str, *, path: str | None = None) -> ModuleType:
+    """Import ``module_name``; ``path`` is what the user wrote (for messages), if not the name.
+
+    Raises:
+        ModuleNotFoundLoadError: no such module.
+        UserModuleImportError: importing it raised (an ImportError inside it included).
+    """
+    path = path or module_name
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and _is_prefix(exc.name, module_name):
+            raise ModuleNotFoundLoadError(
+                f'cannot import "{path}": no module named "{exc.name}"; check the spelling, '
+                "install the package, or run from the folder that holds it"
+            ) from None
+        raise _user_import_error(path, exc) from exc
+    except Exception as exc:
+        raise _user_import_error(path, exc) from exc
+
+
 def load_class(ref: type[T] | str, base: Callable[..., T], *, role: str) -> type[T]:
     """Return ``ref`` (a class or an import path) checked to be a subclass of ``base``."""
     # ``base`` is typed as a callable, not ``type[T]``, because mypy refuses abstract classes
     # for ``type[T]`` (python/mypy#4717); it is always a class.
     base_cls = cast("type[object]", base)
     obj = import_from_string(ref) if isinstance(ref, str) else ref
-    if not (inspect.isclass(obj) and issubclass(obj, base_cls)):
+    if not (inspect.isclass(obj) and issubclass(obj, _bases(base_cls))):
         raise WrongKindError(
             f"{_subject(role, ref)} is {_kind(obj)}, expected a subclass of {base_cls.__name__}"
         )
@@ -69,12 +84,22 @@ def load_class(ref: type[T] | str, base: Callable[..., T], *, role: str) -> type
 def load_instance(ref: T | str, base: type[T], *, role: str) -> T:
     """Return ``ref`` (an instance or an import path) checked to be an instance of ``base``."""
     obj = import_from_string(ref) if isinstance(ref, str) else ref
-    if not isinstance(obj, base):
+    if not isinstance(obj, _bases(base)):
         hint = "; instantiate it in your module" if inspect.isclass(obj) else ""
         raise WrongKindError(
             f"{_subject(role, ref)} is {_kind(obj)}, expected an instance of {base.__name__}{hint}"
         )
-    return obj
+    return cast("T", obj)  # ours, or osmosis_ai's of the same role (the same fields)
+
+
+def _bases(base: type) -> tuple[type, ...]:
+    """``base``, and osmosis_ai's class of the same role when osmosis_ai is loaded.
+
+    A class or config written for ``osmosis_ai.rollout`` is accepted as it is; osmosis_ai is
+    never imported for it (a user's object from osmosis_ai has loaded it already).
+    """
+    other = counterpart(base)
+    return (base,) if other is None else (base, other)
 
 
 def _is_prefix(missing: str, module_name: str) -> bool:
@@ -83,9 +108,14 @@ def _is_prefix(missing: str, module_name: str) -> bool:
 
 def _user_import_error(path: str, exc: BaseException) -> UserModuleImportError:
     module_name = path.partition(":")[0]
-    return UserModuleImportError(
-        f'importing "{module_name}" (for "{path}") raised {type(exc).__name__}: {exc}'
-    )
+    what = f'"{module_name}"' if module_name == path else f'"{module_name}" (for "{path}")'
+    hint = ""
+    if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "osmosis_ai":
+        hint = (
+            "; the code is written for osmosis-ai: install it (Python >= 3.12), "
+            "or port the import lines to osmosis_run"
+        )
+    return UserModuleImportError(f"importing {what} raised {type(exc).__name__}: {exc}{hint}")
 
 
 def _missing_message(path: str, owner: object, owner_name: str, part: str) -> str:
