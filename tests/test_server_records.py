@@ -109,3 +109,18 @@ def test_a_poll_in_flight_at_shutdown_is_answered(tmp_path: Path) -> None:
             poller.join(10)
     assert answers[0].status_code == 200
     assert answers[0].json()["status"] in ("running", "success")
+
+
+def test_the_model_key_a_request_brings_is_in_no_file_of_the_run(tmp_path: Path) -> None:
+    key = "sk-trainer-key-0123456789abcdef"
+    with serving(tmp_path, result_wait_timeout_sec=0.5, polling_lease_timeout_sec=5) as served:
+        token = served.admit(
+            "leaky", label="HI", llm_api_key=key, metadata={"raise": f"bad key {key}"}
+        )
+        served.result("leaky", token)
+        run_dir = served.run_dir
+    line = json.loads((run_dir / "results.jsonl").read_text().splitlines()[0])
+    assert line["error_message"] == "bad key [REDACTED]"
+    written = [path for path in run_dir.rglob("*") if path.is_file()]
+    assert written
+    assert [path for path in written if key.encode() in path.read_bytes()] == []

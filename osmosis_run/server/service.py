@@ -203,6 +203,7 @@ class RolloutService:
             raise ProtocolError(409, "rollout_id is already registered")
         entry, token = held
         entry.job = _job(request, self._admitted)
+        entry.secret = request.llm_api_key
         self._admitted += 1
         try:
             task = asyncio.get_running_loop().create_task(
@@ -395,7 +396,7 @@ class RolloutService:
         """Make a rollout's result final (once) and record it."""
         if entry.body is not None:
             return
-        self._record(entry.job, outcome, request, timings, extra)
+        self._record(entry.job, outcome, request, timings, extra, secret=entry.secret)
         self.table.finish(entry, outcome.result.status, result_body(entry.rollout_id, outcome))
 
     def _lease_expired(self, entry: Entry) -> None:
@@ -453,8 +454,13 @@ class RolloutService:
         request: ExecutionRequest | None,
         timings: dict[str, float | None] | None,
         extra: dict[str, Any] | None,
+        *,
+        secret: str | None = None,
     ) -> None:
-        """Write one finished rollout into the run directory (a failure is logged once)."""
+        """Write one finished rollout into the run directory (a failure is logged once).
+
+        ``secret`` (the request's model key) is redacted from every file the rollout leaves.
+        """
         if self._closed:
             return
         line = result_line(
@@ -471,6 +477,12 @@ class RolloutService:
         except ValueError as exc:  # output JSON cannot hold: this rollout's validation_error
             line, outcome = unwritable(line, outcome, exc)
             raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
+        if secret:  # a workflow may echo the request's model key: it never reaches a file
+            redact = _redact.Redactor([secret]).json_bytes
+            redacted, doc = redact(raw), redact(doc)
+            trajectory = redact(trajectory) if trajectory is not None else None
+            if redacted != raw:  # the summary's error examples come from the line: redact it too
+                raw, line = redacted, ResultLine.model_validate_json(redacted)
         try:
             self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
         except InfrastructureError as exc:

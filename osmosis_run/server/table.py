@@ -51,6 +51,7 @@ class Entry:
         disposition: what cancelling it answered (set once).
         changed: resolved at its next status change, when someone waits for one.
         job: what the server records it as (its row, seed).
+        secret: the model key the request brought, redacted from its records.
     """
 
     rollout_id: str
@@ -64,6 +65,7 @@ class Entry:
     retained_until: float = 0.0
     release_when_done: bool = False
     job: Any = None
+    secret: str | None = None  # the request's llm_api_key: kept out of what is recorded
 
     @property
     def finished(self) -> bool:
