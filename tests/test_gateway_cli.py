@@ -252,7 +252,7 @@ def test_no_preflight_lets_the_rollouts_fail_instead(cli: Cli, data: Path, tmp_p
     [
         (
             ["--model", "x", "--no-gateway"],
-            "--model need the model gateway, but --no-gateway passes the endpoint straight through",
+            "--model needs the model gateway, but --no-gateway passes the endpoint straight through",
         ),
         (
             ["--token-price", "2.5"],

@@ -717,7 +717,7 @@ FLAT_NAMES = {
         "baseline", "fail_on_regression", "dry_run",
     ],
     "gateway": [
-        "no_gateway", "model", "token_price", "no_record_calls", "model_retries",
+        "no_gateway", "model", "workspace_model", "token_price", "no_record_calls", "model_retries",
         "max_model_connections", "rpm", "tpm", "model_cache", "model_cache_mode", "no_preflight",
     ],
 }  # fmt: skip
@@ -803,3 +803,11 @@ def test_the_fingerprint_keeps_its_json(tmp_path: Path) -> None:
         "dataset", "workflow", "workflow_source", "grader", "grader_source",
         "workflow_config", "grader_config", "samples", "selection",
     ]  # fmt: skip
+
+
+def test_the_gateway_model_is_model_else_the_workspaces_and_none_without_a_gateway() -> None:
+    endpoint = {"chat_completions_url": "http://127.0.0.1:9/v1"}
+    assert EvalSettings(workspace_model="w").gateway_model() is None  # no endpoint: recorded
+    assert EvalSettings(**endpoint, workspace_model="w").gateway_model() == "w"
+    assert EvalSettings(**endpoint, model="m", workspace_model="w").gateway_model() == "m"
+    assert EvalSettings(**endpoint, workspace_model="w", no_gateway=True).gateway_model() is None

@@ -35,6 +35,9 @@ class UpstreamError(Exception):
         self.kind = kind
 
 
+CLOSE_WAIT_S = 1.0  # how long aclose waits for each connection to be closed
+
+
 class _Connection:
     __slots__ = ("reader", "reused", "writer")
 
@@ -236,10 +239,14 @@ class UpstreamClient:
         return _Connection(reader, writer)
 
     async def aclose(self) -> None:
-        """Close the idle connections."""
-        for connection in self.idle:
+        """Close the idle connections, and wait until they are (a TLS close takes a round trip:
+        a loop that ends before it would leave the transport to the garbage collector)."""
+        idle, self.idle = list(self.idle), type(self.idle)()
+        for connection in idle:
             connection.close()
-        self.idle.clear()
+        for connection in idle:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.writer.wait_closed(), CLOSE_WAIT_S)
 
 
 async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:

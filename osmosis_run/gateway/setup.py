@@ -37,7 +37,8 @@ def check_gateway_options(settings: EvalSettings) -> None:
         if g.no_gateway
         else "there is no model endpoint (--chat-completions-url)"
     )
-    raise ConfigError(f"{' and '.join(given)} need the model gateway, but {why}")
+    verb = "needs" if len(given) == 1 else "need"
+    raise ConfigError(f"{' and '.join(given)} {verb} the model gateway, but {why}")
 
 
 def gateway_for(settings: EvalSettings, run_dir: Path) -> Gateway | None:
@@ -62,7 +63,7 @@ def gateway_for(settings: EvalSettings, run_dir: Path) -> Gateway | None:
         upstream=e.chat_completions_url or "",
         api_key=e.api_key_value(),
         run_key=Gateway.new_key(),
-        model=g.model,
+        model=settings.gateway_model(),
         model_retries=g.model_retries,
         max_connections=g.max_model_connections,
         rpm=g.rpm,

@@ -55,8 +55,8 @@ def build_fingerprint(
             "samples": s.run.samples,
             "selection": json.loads(selection.model_dump_json()),
         }
-        if s.gateway.model is not None:
-            fingerprint["model"] = s.gateway.model
+        if s.gateway_model() is not None:
+            fingerprint["model"] = s.gateway_model()
         return fingerprint
     fingerprint = {
         "dataset": _dataset_entry(s.run.dataset or "-"),
@@ -69,8 +69,8 @@ def build_fingerprint(
         "samples": s.run.samples,
         "selection": json.loads(selection.model_dump_json()),
     }
-    if s.gateway.model is not None:  # --model: another model's answers are another run
-        fingerprint["model"] = s.gateway.model
+    if s.gateway_model() is not None:  # another model's answers are another run
+        fingerprint["model"] = s.gateway_model()
     return fingerprint
 
 

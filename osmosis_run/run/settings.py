@@ -283,6 +283,9 @@ class GatewayOptions(_Group):
 
     no_gateway: bool = False
     model: str | None = None
+    # An Osmosis workspace's experiment.model_path: the gateway's model when --model is not
+    # given; without a gateway (no endpoint, --no-gateway) it is only recorded.
+    workspace_model: str | None = None
     token_price: tuple[float, float] | None = None
     no_record_calls: bool = False
     model_retries: int = Field(5, ge=0)
@@ -348,6 +351,14 @@ class EvalSettings(BaseModel):
     output: Output = Field(default_factory=Output)
     after: AfterRun = Field(default_factory=AfterRun)
     gateway: GatewayOptions = Field(default_factory=GatewayOptions)
+
+    def gateway_model(self) -> str | None:
+        """The model the gateway puts in every request: --model, else the workspace's; None
+        without a gateway."""
+        g = self.gateway
+        if not self.execution.chat_completions_url or g.no_gateway:
+            return None
+        return g.model or g.workspace_model
 
     def __init__(self, **data: Any) -> None:
         """Build from flat keys (``EvalSettings(samples=2)``) or groups, as ``model_validate``."""
@@ -543,9 +554,8 @@ def _take_experiment(values: dict[str, Any], path: Path) -> None:
     values["entrypoint"] = str(entrypoint)
     # The rollout's folder first: `main:MyWorkflow`, and the packages beside it, import.
     values["import_paths"] = [str(rollout_dir), *values.get("import_paths", ["."])]
-    if "model" in GROUP_OF and "model_path" in values["experiment"]:
-        # The hook for the gateway's model (--model), where the gateway exists.
-        values.setdefault("model", values["experiment"]["model_path"])
+    if "model_path" in values["experiment"]:  # the gateway's model, when there is a gateway
+        values.setdefault("workspace_model", values["experiment"]["model_path"])
 
 
 def _refuse_unknown_sections(path: Path, data: dict[str, Any]) -> None:
