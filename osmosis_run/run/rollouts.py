@@ -276,6 +276,7 @@ def result_line(
         seed=job.seed,
         finished_at=round(time.time(), 3),
         row_hash=row.digest,
+        usage=None,  # every field, in order: construct's fastest path (the gateway sets it)
     )
 
 
