@@ -51,6 +51,9 @@ class ModelUsage(BaseModel):
     ``cost`` is set with ``--token-price``.
     """
 
+    # model_wait_ms: pydantic < 2.10 reserves the "model_" prefix and warns without this.
+    model_config = ConfigDict(protected_namespaces=())
+
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -137,6 +140,9 @@ class ModelSummary(BaseModel):
     ``gateway`` holds what this invocation's gateway saw (cache hits, the in-flight limit's
     lowest and final values); it is not summed over resumed invocations.
     """
+
+    # model_wait_ms: pydantic < 2.10 reserves the "model_" prefix and warns without this.
+    model_config = ConfigDict(protected_namespaces=())
 
     rollouts: int = 0
     requests: int = 0

@@ -281,6 +281,9 @@ class AfterRun(_Group):
 class GatewayOptions(_Group):
     """The model gateway: whether it runs, what it rewrites, how it paces, records and caches."""
 
+    # model_retries, model_cache...: pydantic < 2.10 reserves the "model_" prefix otherwise.
+    model_config = ConfigDict(extra="forbid", validate_default=True, protected_namespaces=())
+
     no_gateway: bool = False
     model: str | None = None
     # An Osmosis workspace's experiment.model_path: the gateway's model when --model is not
