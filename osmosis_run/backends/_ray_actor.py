@@ -31,6 +31,7 @@ import osmosis_run
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.errors import OsmosisRunError
 from osmosis_run.run.components import load_components
+from osmosis_run.run.scheduler import within_deadline
 from osmosis_run.run.seam import Attempt
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.sdk.backend import ARTIFACTS, LocalBackend
@@ -82,31 +83,24 @@ class _Deadlines:
         rollout_id: str,
         timed_out: Any,
     ) -> T:
-        """Run ``work`` within ``seconds``; past it (or returned late), ``timed_out()``."""
-        if seconds is None:
-            return await work
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        task = loop.create_task(work, name=rollout_id)
-        try:
-            done, _ = await asyncio.wait({task}, timeout=seconds)
-            if not done:
-                task.cancel()
-                done, _ = await asyncio.wait({task}, timeout=ABANDON_GRACE_S)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if not done:  # it ignores its cancellation: keep a reference until it ends
+        """Run ``work`` within ``seconds``; past it (or returned late), ``timed_out()``.
+
+        The engine's own deadline machinery, on the worker: code that ignores its cancellation
+        is kept in ``abandoned`` until it ends.
+        """
+        return await within_deadline(
+            seconds,
+            work,
+            rollout_id=rollout_id,
+            timed_out=timed_out,
+            abandon_grace_s=ABANDON_GRACE_S,
+            orphan=self._abandon,
+        )
+
+    def _abandon(self, task: asyncio.Future[Any]) -> None:
+        if not task.done():
             self.abandoned.add(task)
             task.add_done_callback(self.abandoned.discard)
-            result: T = timed_out()
-            return result
-        if task.cancelled() or loop.time() > deadline:
-            if not task.cancelled():
-                task.exception()
-            late: T = timed_out()
-            return late
-        return task.result()
 
 
 class RolloutActor:
