@@ -10,10 +10,10 @@ from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import timed_out
 from osmosis_run.run.seam import Attempt, AttemptResult, Deadlines
 from osmosis_run.sdk.backend import LocalBackend
-from osmosis_run.sdk.types import ExecutionOutcome, ExecutionResult
+from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest, ExecutionResult
 from osmosis_run.store.layout import ROLLOUTS
 
-__all__ = ["LocalExecutor"]
+__all__ = ["LocalExecutor", "grade_within"]
 
 
 class LocalExecutor:
@@ -89,20 +89,29 @@ class LocalExecutor:
             if backend.grading_applies(request, workflow):
                 if self.on_grading is not None:
                     self.on_grading(request.id)
-                grace = request.grader_timeout_sec
-                if grace is None:
-                    grader = await backend.run_grader(request, workflow)
-                else:
-                    grader = await deadlines.within(
-                        "grader",
-                        grace,
-                        backend.run_grader(request, workflow),
-                        rollout_id=request.id,
-                        timed_out=lambda: timed_out("grader", grace, workflow),
-                    )
+                grader = await grade_within(backend, request, workflow, deadlines)
             done = time.perf_counter()
         return AttemptResult(
             construct(ExecutionOutcome, workflow=workflow, grader=grader),
             (graded_at - started) * 1000,
             (done - graded_at) * 1000 if grader is not None else None,
         )
+
+
+async def grade_within(
+    backend: LocalBackend,
+    request: ExecutionRequest,
+    workflow: ExecutionResult,
+    deadlines: Deadlines,
+) -> ExecutionResult:
+    """The grader stage of one attempt, within the request's grader deadline (if any)."""
+    grace = request.grader_timeout_sec
+    if grace is None:  # no deadline: no deadline machinery (the common, hot case)
+        return await backend.run_grader(request, workflow)
+    return await deadlines.within(
+        "grader",
+        grace,
+        backend.run_grader(request, workflow),
+        rollout_id=request.id,
+        timed_out=lambda: timed_out("grader", grace, workflow),
+    )

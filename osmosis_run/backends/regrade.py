@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from osmosis_run._construct import construct
+from osmosis_run.backends.local import grade_within
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.regrade import RecordedRun
-from osmosis_run.run.rollouts import timed_out
 from osmosis_run.run.seam import Attempt, AttemptResult, Deadlines
 from osmosis_run.sdk.backend import LocalBackend
-from osmosis_run.sdk.types import ExecutionOutcome, ExecutionResult
+from osmosis_run.sdk.types import ExecutionOutcome
 from osmosis_run.store.layout import ARTIFACTS, ROLLOUTS
 
 __all__ = ["RegradeExecutor"]
@@ -95,18 +95,7 @@ class RegradeExecutor:
             return AttemptResult(outcome, recorded.workflow_ms, None)
         with attempt.context:
             started = time.perf_counter()
-            grace = request.grader_timeout_sec
-            grader: ExecutionResult
-            if grace is None:
-                grader = await backend.run_grader(request, workflow)
-            else:
-                grader = await deadlines.within(
-                    "grader",
-                    grace,
-                    backend.run_grader(request, workflow),
-                    rollout_id=request.id,
-                    timed_out=lambda: timed_out("grader", grace, workflow),
-                )
+            grader = await grade_within(backend, request, workflow, deadlines)
             done = time.perf_counter()
         outcome = construct(ExecutionOutcome, workflow=workflow, grader=grader)
         return AttemptResult(outcome, recorded.workflow_ms, (done - started) * 1000)
