@@ -386,6 +386,22 @@ def test_records_cap_long_bodies_and_redact_the_keys(up: Upstream, tmp_path: Pat
     assert record["response"]["choices"][0]["message"]["content"] == "the key is [REDACTED]"
 
 
+def test_a_long_answer_is_cut_in_the_record_but_still_counted(up: Upstream, tmp_path: Path) -> None:
+    up.script([Reply(content="y" * 600)])
+    with running(up, tmp_path) as gateway:
+        gateway.open_rollout("r0", sample_index=0, timeout_s=None)
+        gateway.recorder.max_body_bytes = 400
+        reply = ask(gateway, messages=[{"role": "user", "content": "short"}])
+        usage = gateway.take_usage("r0")
+    assert reply.choices[0].message.content == "y" * 600
+    [record] = records(tmp_path)
+    assert record["request"] == {"model": "m", "messages": [{"role": "user", "content": "short"}]}
+    assert record["response"]["truncated"] is True
+    assert len(record["response"]["head"]) == 400
+    assert record["usage"] is not None
+    assert usage.requests == 1 and usage.total_tokens == record["usage"]["total_tokens"]
+
+
 def test_calls_are_not_recorded_with_no_record_calls(up: Upstream, tmp_path: Path) -> None:
     with running(up, tmp_path, record_calls=False) as gateway:
         gateway.open_rollout("r0", sample_index=0, timeout_s=None)

@@ -167,7 +167,7 @@ class Proxy:
         if self.config.model:
             body["model"] = self.config.model
         account = self.ledger.account(rollout_id) if rollout_id else None
-        call = _Call(self, rollout_id, account, body)
+        call = _Call(self, rollout_id, account, body, size=len(request.body))
         live = self.ledger.live
         live.in_flight += 1
         live.calls += 1
@@ -270,11 +270,16 @@ class _Call:
         rollout_id: str | None,
         account: RolloutUsage | None,
         body: dict[str, Any],
+        *,
+        size: int,
     ) -> None:
         self.proxy = proxy
         self.rollout_id = rollout_id
         self.account = account
         self.body = body
+        # Compact JSON of a parsed document is never longer than the document (bar a model
+        # put in by --model), so a body this small is recorded as it is, not dumped and parsed.
+        self.small = size + len(proxy.config.model or "") <= proxy.recorder.max_body_bytes
         self.stream = body.get("stream") is True
         self.started = time.monotonic()
         self.started_at = time.time()
@@ -329,9 +334,9 @@ class _Call:
             return
         self.status = sent.status
         body = self.proxy.redactor.text_bytes(sent.body)
-        self.response_record = capped(body, self.proxy.recorder.max_body_bytes)
+        parsed = self._record_response(body)
         if sent.status == 200:
-            self.usage = _usage_of(_loads(sent.body))
+            self.usage = _usage_of(parsed if body is sent.body else _loads(sent.body))
             if self.key is not None and self.proxy.cache is not None:
                 self.proxy.cache.put(self.key, "json", sent.body)
         else:
@@ -437,10 +442,19 @@ class _Call:
             await response.end()
             self._streamed_to_end(state, content)
             return
-        self.response_record = capped(data, self.proxy.recorder.max_body_bytes)
-        self.usage = _usage_of(json.loads(data))
+        self.usage = _usage_of(self._record_response(data))
         self.finish()
         await response.send(200, [_JSON], self.proxy.redactor.text_bytes(data))
+
+    def _record_response(self, body: bytes) -> Any:
+        """Keep ``body`` for the call's record (``capped``); return it parsed (None: not JSON)."""
+        limit = self.proxy.recorder.max_body_bytes
+        parsed = _loads(body)
+        if parsed is None or len(body) > limit:
+            self.response_record = capped(body, limit)
+        else:
+            self.response_record = parsed
+        return parsed
 
     async def _fail(self, response: Response, status: int, message: str, code: str) -> None:
         self.status = status
@@ -499,7 +513,9 @@ class _Call:
             "stream": self.stream,
             "cached": self.cached,
             "model": self.body.get("model"),
-            "request": capped(_dumps(self.body), self.proxy.recorder.max_body_bytes),
+            "request": self.body
+            if self.small
+            else capped(_dumps(self.body), self.proxy.recorder.max_body_bytes),
             "response": self.response_record,
             "usage": self.usage,
             "error": self.error,

@@ -10,7 +10,9 @@
   aim >= 1,000/s). The same run with ``--no-gateway`` is reported beside it.
 - W12: W11 replayed from the model cache with the upstream stopped (``--model-cache-mode
   read-only``): its wall divided by W11's gateway wall (target <= 0.2). The cache is filled by
-  a run of its own, so that W11's figure carries no cache writes.
+  a run of its own, so that W11's figure carries no cache writes. With no upstream to wait for,
+  the workflows' own HTTP client is most of the work: the same replay with ``httpx`` as their
+  client is reported beside it (``httpx_*``; see gateway_flows.py).
 
 The upstream (``tests/fake_upstream.py``) runs as a process of its own, as a remote model
 would. Walls are the runner's (summary.json's ``wall_s``: first rollout to last result); the
@@ -31,6 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .gateway_flows import CLIENT_ENV
 from .measure import Measured, measure
 from .workloads import Check, Line, log, report
 from .workspace import osmosis_run_command
@@ -70,7 +73,9 @@ class Runs:
             for i in range(rows):
                 f.write(json.dumps({"id": i, "prompt": f"question number {i}"}) + "\n")
 
-    def eval(self, name: str, url: str, *extra: str) -> tuple[Measured, dict[str, Any]]:
+    def eval(
+        self, name: str, url: str, *extra: str, client: str = "aiohttp"
+    ) -> tuple[Measured, dict[str, Any]]:
         cmd = [
             *osmosis_run_command(), "eval", "rows.jsonl", "-w", "gateway_flows:Caller",
             "--chat-completions-url", url, "--concurrency", str(CONCURRENCY), "--out", name,
@@ -78,10 +83,12 @@ class Runs:
         ]  # fmt: skip
         env_path = os.environ.get("PYTHONPATH", "")
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.root), env_path]))
+        os.environ[CLIENT_ENV] = client
         try:
             done = measure(cmd, cwd=self.root, logs=self.root / f"{name}-logs")
         finally:
             os.environ["PYTHONPATH"] = env_path
+            del os.environ[CLIENT_ENV]
         done.check(f"eval {name}")
         summary = json.loads((self.root / name / "summary.json").read_text())
         return done, summary
@@ -139,8 +146,8 @@ def w11_and_w12(runs: Runs, rows: int, *, with_w12: bool, repeats: int) -> list[
             f"{rows} rollouts x 4 calls, upstream 200 ms (its own process), concurrency "
             f"{CONCURRENCY}; runner walls from summary.json; medians of {repeats} alternating "
             "pairs (gateway, --no-gateway); added latency = percentile of per-call latency "
-            "through the gateway minus the same percentile with --no-gateway; shared, loaded "
-            "2-core machine",
+            "through the gateway minus the same percentile with --no-gateway; the workflows' "
+            "client is aiohttp; shared 2-core machine",
             ratios=ratios,
             ideal_s=ideal,
             gateway_wall_s=through_sum["wall_s"],
@@ -164,6 +171,15 @@ def w11_and_w12(runs: Runs, rows: int, *, with_w12: bool, repeats: int) -> list[
         replay, replay_sum = runs.eval(
             "replay", up.url, "--model-cache", "cache.sqlite", "--model-cache-mode", "read-only"
         )
+        _, httpx_sum = runs.eval(
+            "replay-httpx",
+            up.url,
+            "--model-cache",
+            "cache.sqlite",
+            "--model-cache-mode",
+            "read-only",
+            client="httpx",
+        )
         hits = replay_sum["model"]["gateway"]["cache_hits"]
         lines.append(
             report(
@@ -176,8 +192,15 @@ def w11_and_w12(runs: Runs, rows: int, *, with_w12: bool, repeats: int) -> list[
                     )
                 ],
                 "W11 replayed from --model-cache (read-only) with the upstream process stopped; "
-                "runner walls from summary.json; shared, loaded machine",
+                "runner walls from summary.json; the workflows' client is aiohttp; the same "
+                "replay with httpx.AsyncClient as their client is given beside it (httpx_*)",
                 replay_wall_s=replay_sum["wall_s"],
+                gateway_thread_cpu_ms_per_call=1000
+                * replay_sum["model"]["gateway"].get("cpu_s", 0)
+                / max(1, hits),
+                httpx_replay_wall_s=httpx_sum["wall_s"],
+                httpx_ratio=round(httpx_sum["wall_s"] / through_sum["wall_s"], 3),
+                httpx_cache_hits=httpx_sum["model"]["gateway"]["cache_hits"],
                 w11_gateway_wall_s=gateway_wall,
                 replay_process_wall_s=replay.wall_s,
                 cache_hits=hits,
@@ -203,7 +226,7 @@ def w11b(runs: Runs, rows: int) -> Line:
         [Check("calls per second through the gateway", rate, float("inf"), "/s")],
         f"{rows} rollouts x 4 calls, upstream answering at once (its own process), concurrency "
         f"{CONCURRENCY}; calls / runner wall; the gateway is a thread of the eval process, sharing "
-        "it with the workflows; shared 2-core machine",
+        "it with the workflows, whose client is aiohttp; shared 2-core machine",
         calls_per_s=rate,
         direct_calls_per_s=direct_rate,
         gateway_wall_s=through_sum["wall_s"],
