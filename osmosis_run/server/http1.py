@@ -180,74 +180,39 @@ class HttpProtocol(asyncio.Protocol):
         while buffer[:2] == b"\r\n":  # blank lines before a request are allowed
             del buffer[:2]
         end = buffer.find(b"\r\n\r\n")
-        if end < 0:
+        if end < 0 or end > self.max_head:
             if len(buffer) > self.max_head:
                 raise _BadRequest
             return False
-        if end > self.max_head:
-            raise _BadRequest
-        head = bytes(buffer[:end])
+        request = _Head(bytes(buffer[:end]))
         del buffer[: end + 4]
-        lines = head.split(b"\r\n")
-        matched = _REQUEST_LINE.fullmatch(lines[0])
-        if matched is None:
-            raise _BadRequest
-        method, target, minor = matched.groups()
-        headers: list[tuple[bytes, bytes]] = []
-        length: int | None = None
-        chunked = False
-        close = False
-        expect_continue = False
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or _HEADER_NAME.fullmatch(name) is None:
-                raise _BadRequest  # also obsolete line folding (a leading space or tab)
-            value = value.strip(b" \t")
-            if _BAD_VALUE.search(value) is not None:
-                raise _BadRequest
-            name = name.lower()
-            if name == b"content-length":
-                if not value.isdigit() or (length is not None and int(value) != length):
-                    raise _BadRequest
-                length = int(value)
-            elif name == b"transfer-encoding":
-                if value.lower() != b"chunked" or chunked:
-                    raise _BadRequest
-                chunked = True
-            elif name == b"connection":
-                tokens = [token.strip().lower() for token in value.split(b",")]
-                close = close or b"close" in tokens
-            elif name == b"expect" and value.lower() == b"100-continue":
-                expect_continue = True
-            headers.append((name, value))
-        if chunked and length is not None:
-            raise _BadRequest
-        http_10 = minor == b"0"
-        if http_10 and chunked:
-            raise _BadRequest
-        raw_path, _, query = target.partition(b"?")
+        raw_path, _, query = request.target.partition(b"?")
         path = raw_path.decode("ascii")
         if "%" in path:
             path = unquote(path)
         scope = {
             "type": "http",
             "asgi": self.asgi,
-            "http_version": "1.0" if http_10 else "1.1",
+            "http_version": "1.0" if request.http_10 else "1.1",
             "server": self.server,
             "client": self.client,
             "scheme": self.scheme,
-            "method": method.decode("ascii"),
+            "method": request.method,
             "root_path": self.root_path,
             "path": self.root_path + path,
             "raw_path": self.root_path.encode("ascii") + raw_path,
             "query_string": query,
-            "headers": headers,
+            "headers": request.headers,
             "state": self.app_state.copy(),
         }
         # HTTP/1.0 connections close after one response, as h11 has them.
         cycle = _Cycle(
-            self, scope, keep_alive=not (close or http_10), expect_continue=expect_continue
+            self,
+            scope,
+            keep_alive=not (request.close or request.http_10),
+            expect_continue=request.expect_continue,
         )
+        length, chunked = request.length, request.chunked
         if chunked:
             self.chunks = _Chunks()
             self.reading_body = cycle
@@ -375,6 +340,68 @@ class HttpProtocol(asyncio.Protocol):
         await self.writable
 
 
+class _Head:
+    """A request's line and headers, parsed and checked.
+
+    Raises:
+        _BadRequest: a malformed request line or header, conflicting or invalid framing.
+    """
+
+    __slots__ = (
+        "chunked",
+        "close",
+        "expect_continue",
+        "headers",
+        "http_10",
+        "length",
+        "method",
+        "target",
+    )
+
+    def __init__(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        matched = _REQUEST_LINE.fullmatch(lines[0])
+        if matched is None:
+            raise _BadRequest
+        method, self.target, minor = matched.groups()
+        self.method = method.decode("ascii")
+        self.http_10 = minor == b"0"
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.length: int | None = None
+        self.chunked = self.close = self.expect_continue = False
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            if not colon or _HEADER_NAME.fullmatch(name) is None:
+                raise _BadRequest  # also obsolete line folding (a leading space or tab)
+            value = value.strip(b" \t")
+            if _BAD_VALUE.search(value) is not None:
+                raise _BadRequest
+            name = name.lower()
+            self._take(name, value)
+            self.headers.append((name, value))
+        if self.chunked and (self.length is not None or self.http_10):
+            raise _BadRequest
+
+    def _take(self, name: bytes, value: bytes) -> None:
+        """Note what a header says about framing and the connection."""
+        if name == b"content-length":
+            if not value.isdigit() or (self.length is not None and int(value) != self.length):
+                raise _BadRequest
+            self.length = int(value)
+        elif name == b"transfer-encoding":
+            if value.lower() != b"chunked" or self.chunked:
+                raise _BadRequest
+            self.chunked = True
+        elif name == b"connection":
+            self.close = self.close or b"close" in _tokens(value)
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_continue = True
+
+
+def _tokens(value: bytes) -> list[bytes]:
+    return [token.strip().lower() for token in value.split(b",")]
+
+
 class _Chunks:
     """A chunked request body, decoded as it arrives."""
 
@@ -406,18 +433,24 @@ class _Chunks:
                 return False
             line = bytes(buffer[:end])
             del buffer[: end + 2]
-            if self.state == "crlf":
-                if line:
-                    raise _BadRequest
-                self.state = "size"
-            elif self.state == "size":
-                matched = _CHUNK_SIZE.fullmatch(line)
-                if matched is None:
-                    raise _BadRequest
-                self.left = int(matched.group(1), 16)
-                self.state = "data" if self.left else "trailer"
-            elif not line:  # the blank line that ends the trailer
+            if self._line(line):
                 return True
+
+    def _line(self, line: bytes) -> bool:
+        """Take a chunk's size line, the end of its data, or a trailer line; True at the end."""
+        if self.state == "crlf":
+            if line:
+                raise _BadRequest
+            self.state = "size"
+        elif self.state == "size":
+            matched = _CHUNK_SIZE.fullmatch(line)
+            if matched is None:
+                raise _BadRequest
+            self.left = int(matched.group(1), 16)
+            self.state = "data" if self.left else "trailer"
+        elif not line:  # the blank line that ends the trailer
+            return True
+        return False
 
 
 class _Cycle:
@@ -425,6 +458,7 @@ class _Cycle:
 
     __slots__ = (
         "body",
+        "chunked",
         "complete",
         "connection",
         "disconnected",
@@ -434,7 +468,6 @@ class _Cycle:
         "keep_alive",
         "length",
         "more_body",
-        "chunked",
         "remaining",
         "scope",
         "started",
@@ -485,7 +518,7 @@ class _Cycle:
         try:
             result = await app(self.scope, self.receive, self.send)
         except BaseException as exc:  # as uvicorn: logged, answered 500 (or closed), kept here
-            connection.logger.error("Exception in ASGI application\n", exc_info=exc)
+            connection.logger.error("Exception in ASGI application\n", exc_info=exc)  # noqa: TRY400
             if not self.started:
                 await self._internal_error()
             else:
@@ -562,18 +595,8 @@ class _Cycle:
             )
         if kind != "http.response.body":
             raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{kind}'.")
-        body: bytes = message.get("body", b"")
         more: bool = message.get("more_body", False)
-        if self.scope["method"] == "HEAD":
-            body = b""
-            self.length = None
-        elif self.chunked:
-            framed = b"%x\r\n%s\r\n" % (len(body), body) if body else b""
-            body = framed if more else framed + b"0\r\n\r\n"
-        elif self.length is not None:
-            self.length -= len(body)
-            if self.length < 0:
-                raise RuntimeError("Response content longer than Content-Length")
+        body = self._framed(message.get("body", b""), more=more)
         out = self.head + body if self.head else body
         self.head = b""
         transport = connection.transport
@@ -587,20 +610,50 @@ class _Cycle:
         self.wake()
         connection.response_complete(self)
 
+    def _framed(self, body: bytes, *, more: bool) -> bytes:
+        """A piece of the response's body as it goes on the wire."""
+        if self.scope["method"] == "HEAD":
+            self.length = None
+            return b""
+        if self.chunked:
+            framed = b"%x\r\n%s\r\n" % (len(body), body) if body else b""
+            return framed if more else framed + b"0\r\n\r\n"
+        if self.length is not None:
+            self.length -= len(body)
+            if self.length < 0:
+                raise RuntimeError("Response content longer than Content-Length")
+        return body
+
+    def _log(self, status: int) -> None:
+        connection, scope = self.connection, self.scope
+        query = scope["query_string"]
+        connection.access_logger.info(
+            '%s - "%s %s HTTP/%s" %d',
+            "{}:{}".format(*connection.client) if connection.client else "",
+            scope["method"],
+            scope["path"] + ("?" + query.decode("latin-1") if query else ""),
+            scope["http_version"],
+            status,
+        )
+
+    def _take(self, name: bytes, value: bytes) -> bool:
+        """Note what a response header says about framing; True when it closes."""
+        if name == b"content-length" and self.length is None and not self.chunked:
+            self.length = int(value)
+        elif name == b"transfer-encoding" and value.lower() == b"chunked":
+            self.length = None
+            self.chunked = True
+        elif name == b"connection" and b"close" in _tokens(value):
+            self.keep_alive = False
+            return True
+        return False
+
     def _start(self, message: dict[str, Any]) -> None:
         connection = self.connection
         status: int = message["status"]
         scope = self.scope
         if connection.access_log:
-            connection.access_logger.info(
-                '%s - "%s %s HTTP/%s" %d',
-                "%s:%d" % connection.client if connection.client else "",
-                scope["method"],
-                scope["path"]
-                + ("?" + scope["query_string"].decode() if scope["query_string"] else ""),
-                scope["http_version"],
-                status,
-            )
+            self._log(status)
         head = [_STATUS_LINES.get(status) or _status_line(status)]
         head += [b"%s: %s\r\n" % pair for pair in connection.server_state.default_headers]
         closing = False
@@ -609,18 +662,9 @@ class _Cycle:
                 raise RuntimeError("Invalid HTTP header name.")
             if _BAD_VALUE.search(value) is not None:
                 raise RuntimeError("Invalid HTTP header value.")
-            name = name.lower()
-            if name == b"content-length" and self.length is None and not self.chunked:
-                self.length = int(value)
-            elif name == b"transfer-encoding" and value.lower() == b"chunked":
-                self.length = None
-                self.chunked = True
-            elif name == b"connection" and b"close" in [
-                token.strip().lower() for token in value.split(b",")
-            ]:
-                self.keep_alive = False
-                closing = True
-            head.append(b"%s: %s\r\n" % (name, value))
+            lowered = name.lower()
+            closing = self._take(lowered, value) or closing
+            head.append(b"%s: %s\r\n" % (lowered, value))
         bodiless = scope["method"] == "HEAD" or status in (204, 304) or status < 200
         if self.length is None and not self.chunked and not bodiless:
             if scope["http_version"] == "1.0":
