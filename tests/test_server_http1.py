@@ -53,7 +53,7 @@ def _connect(served: Served) -> socket.socket:
 def _responses(sock: socket.socket, count: int) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
     """Read ``count`` responses with a Content-Length (or chunked) body, in order."""
     data = b""
-    out = []
+    out: list[tuple[bytes, dict[bytes, bytes], bytes]] = []
     while len(out) < count:
         while b"\r\n\r\n" not in data:
             more = sock.recv(65536)
