@@ -239,7 +239,7 @@ def _serve(app: Any, listener: socket.socket) -> int:
 
     config = uvicorn.Config(
         app,
-        http=HttpProtocol,  # h11's Python, leaner: one write per response
+        http=HttpProtocol,  # lighter than h11 in Python; one write per response
         log_level="warning",
         access_log=False,
         timeout_keep_alive=KEEP_ALIVE_S,

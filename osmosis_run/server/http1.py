@@ -129,7 +129,7 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.close()
 
     def eof_received(self) -> bool | None:
-        """Half-closed by the client: answer what was asked, then close."""
+        """Half-closed by the client: the transport closes, as under uvicorn's own protocols."""
         return None
 
     def data_received(self, data: bytes) -> None:
