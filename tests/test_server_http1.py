@@ -267,3 +267,34 @@ def test_head_answers_no_body_and_a_crash_is_a_500(streaming: Served) -> None:
     assert crash.headers["connection"] == "close"
     echoed = streaming.client.post("/echo", content=iter([b"a" * 100_000, b"b" * 100_000]))
     assert echoed.content == b"a" * 100_000 + b"b" * 100_000
+
+
+def test_a_request_answered_before_its_body_keeps_the_connection(tmp_path: Path) -> None:
+    backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
+    app = create_rollout_server(
+        backend=backend, configure_logging=False, out=tmp_path / "run", api_key="k"
+    )
+    with serve_app(app) as served:
+        with _connect(served) as sock:  # the 401 comes before the body; the body is dropped
+            sock.sendall(
+                b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(ADMIT)
+            )
+            [(status, _, body)] = _responses(sock, 1)
+            assert (status, json.loads(body)) == (
+                b"HTTP/1.1 401 Unauthorized",
+                {"detail": "unauthorized"},
+            )
+            sock.sendall(
+                ADMIT + b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n"
+            )
+            [(status, _, body)] = _responses(sock, 1)
+            assert status == b"HTTP/1.1 200 OK"
+            assert json.loads(body)["status"] == "ok"
+        with _connect(served) as sock:  # waiting for a 100 Continue it will not get: closed
+            sock.sendall(
+                b"POST /rollout HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(ADMIT)
+            )
+            [(status, _, _)] = _responses(sock, 1)
+            assert status == b"HTTP/1.1 401 Unauthorized"
+            assert _closed(sock)

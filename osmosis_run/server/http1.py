@@ -284,10 +284,9 @@ class HttpProtocol(asyncio.Protocol):
         self.server_state.total_requests += 1
         if self.cycle is cycle:
             self.cycle = None
-        if self.reading_body is cycle:  # answered before its body was read: cannot go on
-            self._close()
-            return
-        if not cycle.keep_alive:
+        # Answered before its body was read (a 401, say): the rest of the body is read and
+        # dropped, as h11 does, unless the client waits for a 100 Continue it will not get.
+        if not cycle.keep_alive or (self.reading_body is cycle and cycle.expect_continue):
             self._close()
             return
         if self.closed or self.transport is None or self.transport.is_closing():
@@ -299,7 +298,7 @@ class HttpProtocol(asyncio.Protocol):
             except _BadRequest:
                 self._refuse()
                 return
-        if self.cycle is None and not self.closed:
+        if self.cycle is None and self.reading_body is None and not self.closed:
             self.keep_alive_timer = self.loop.call_later(
                 self.timeout_keep_alive, self._keep_alive_ended
             )
@@ -499,8 +498,9 @@ class _Cycle:
         self.waiter: asyncio.Future[None] | None = None
 
     def add(self, data: bytes) -> None:
-        self.body += data
-        self.wake()
+        if not self.complete:  # after the response, the rest of the body is dropped
+            self.body += data
+            self.wake()
 
     def wake(self) -> None:
         waiter = self.waiter
@@ -554,7 +554,7 @@ class _Cycle:
     async def receive(self) -> dict[str, Any]:
         """The request's body (as it arrives), then ``http.disconnect`` once it is answered."""
         connection = self.connection
-        if self.expect_continue:
+        if self.expect_continue and not self.started:
             self.expect_continue = False
             if self.more_body and not self.disconnected and connection.transport is not None:
                 connection.transport.write(_CONTINUE)
@@ -586,7 +586,6 @@ class _Cycle:
                     f"Expected ASGI message 'http.response.start', but got '{kind}'."
                 )
             self.started = True
-            self.expect_continue = False
             self._start(message)
             return
         if self.complete:
