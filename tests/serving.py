@@ -18,6 +18,9 @@ from osmosis_run import LocalBackend
 from osmosis_run.server import create_rollout_server
 
 LEASE = "X-Osmosis-Rollout-Lease"
+# uvicorn's HTTP protocol for these servers: its own by default; tests/test_server_http1.py
+# runs the protocol tests again on osmosis-run serve's (server/http1.py).
+HTTP: Any = "auto"
 
 
 @dataclass
@@ -73,10 +76,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(app: Any, *, headers: dict[str, str] | None = None) -> Iterator[Served]:
+def serve_app(
+    app: Any, *, headers: dict[str, str] | None = None, **uvicorn_options: Any
+) -> Iterator[Served]:
     """Run ``app`` under uvicorn on a free loopback port until the block ends."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    options: dict[str, Any] = {"log_level": "warning", "lifespan": "on", "http": HTTP}
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, **{**options, **uvicorn_options})
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

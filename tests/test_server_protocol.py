@@ -301,6 +301,24 @@ def test_unknown_routes_and_methods_answer_as_fastapi_does(served: Served) -> No
     wrong = served.client.post("/health")
     assert (wrong.status_code, wrong.json()) == (405, {"detail": "Method Not Allowed"})
     assert wrong.headers["allow"] == "GET"
+    slash = served.client.get("/health/")  # Starlette's redirect, past the direct routes
+    assert (slash.status_code, slash.headers["location"]) == (307, f"{served.url}/health")
+    nested = served.client.get("/rollout/a/b/result", headers={LEASE: "t"})
+    assert nested.status_code == 404
+
+
+def test_a_route_that_crashes_answers_500_and_the_server_goes_on(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> bytes:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(served.service, "health", broken)
+    crashed = served.client.get("/health")
+    assert crashed.status_code == 500
+    assert crashed.text == "Internal Server Error"
+    monkeypatch.undo()
+    assert served.client.get("/health").status_code == 200
 
 
 def test_polling_renews_the_lease(tmp_path: Path) -> None:

@@ -6,8 +6,13 @@ included: osmosis-run's writer process), counted from the first admission to the
 the wall times are printed beside them. Target: osmosis-ai's CPU / osmosis-run's >= 1.5.
 
 Both servers run the same trivial workflow (answer at once) and grader (reward 1.0) with a
-concurrency of 64, logging only warnings, no access log; both record every rollout
-(osmosis-ai: its trajectory under ``OSMOSIS_ARTIFACT_ROOT``; osmosis-run: its run directory).
+concurrency of 64, logging only warnings, no access log, and both record every rollout into a
+new directory of the run's temporary tree. osmosis-ai makes ``<id>/artifacts/``, a
+``.osmosis-health-check`` file and the ATIF ``trajectory.json`` under its artifact root,
+``$_OSMOSIS_ROLLOUT_ARTIFACT_ROOT`` (unset, it is ``~/.osmosis``: a run there reuses the
+directories an earlier run made, creating no files, and fills the home directory);
+osmosis-run makes its run directory (``rollouts/<id>/{artifacts/, result.json,
+trajectory.json}`` and a results line). The line counts what each left behind.
 
 Needs a Python with osmosis-ai 0.3.8 and osmosis-run importable (the interop venv)::
 
@@ -130,6 +135,11 @@ async def _drive(url: str, rollouts: int, prefix: str) -> tuple[float, int]:
         return time.perf_counter() - started, ok
 
 
+def _count(root: Path, name: str) -> int:
+    """How many ``<root>/<id>/<name>`` files there are."""
+    return sum(1 for _ in root.glob(f"*/{name}")) if root.is_dir() else 0
+
+
 def _measure(cmd: list[str], port: int, rollouts: int, env: dict[str, str]) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -156,7 +166,9 @@ def run(rollouts: int = ROLLOUTS) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OSMOSIS_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(TESTS_DIR), env.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory(prefix="osmosis-w8-") as tmp:
-        env["OSMOSIS_ARTIFACT_ROOT"] = str(Path(tmp) / "osmosis-ai-artifacts")
+        theirs_root = Path(tmp) / "osmosis-ai-artifacts"
+        ours_dir = Path(tmp) / "osmosis-run-run"
+        env["_OSMOSIS_ROLLOUT_ARTIFACT_ROOT"] = str(theirs_root)  # osmosis-ai's name for it
         ours_port = _free_port()
         ours = _measure(
             [
@@ -173,7 +185,7 @@ def run(rollouts: int = ROLLOUTS) -> dict[str, Any]:
                 "--port",
                 str(ours_port),
                 "--out",
-                str(Path(tmp) / "osmosis-run-run"),
+                str(ours_dir),
             ],
             ours_port,
             rollouts,
@@ -183,6 +195,8 @@ def run(rollouts: int = ROLLOUTS) -> dict[str, Any]:
         theirs = _measure(
             [sys.executable, "-c", OSMOSIS_AI_SERVER, str(theirs_port)], theirs_port, rollouts, env
         )
+        ours_recorded = _count(ours_dir / "rollouts", "trajectory.json")
+        theirs_recorded = _count(theirs_root, "trajectory.json")
     ratio = theirs["server_cpu_s"] / ours["server_cpu_s"]
     return {
         "workload": "W8",
@@ -193,13 +207,16 @@ def run(rollouts: int = ROLLOUTS) -> dict[str, Any]:
             "osmosis-ai server CPU s / osmosis-run serve CPU s (/proc utime+stime of the server "
             "process and its descendants, first admission to last result, after a 50-rollout "
             f"warm-up); {rollouts} trivial rollouts, concurrency {CONCURRENCY}, one "
-            "osmosis-ai RolloutClient; both servers log warnings only, no access log"
+            "osmosis-ai RolloutClient; both servers log warnings only, no access log, and "
+            "record every rollout into new directories (trajectories: the warm-up's included)"
         ),
         "rollouts": rollouts,
         "osmosis_run_server_cpu_s": round(ours["server_cpu_s"], 3),
         "osmosis_ai_server_cpu_s": round(theirs["server_cpu_s"], 3),
         "osmosis_run_wall_s": round(ours["wall_s"], 3),
         "osmosis_ai_wall_s": round(theirs["wall_s"], 3),
+        "osmosis_run_trajectories": ours_recorded,
+        "osmosis_ai_trajectories": theirs_recorded,
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 

@@ -1,0 +1,300 @@
+"""``osmosis-run serve``'s HTTP/1.1 protocol (server/http1.py) under a real uvicorn on loopback.
+
+Every protocol test of test_server_protocol.py runs here again on it (imported below), then
+HTTP itself over raw sockets: framing, pipelining, chunked bodies, 100-continue, keep-alive,
+the requests it refuses, and what an app can answer.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import serving as serving_module
+from serving import Served, serve_app
+from test_server_protocol import *  # noqa: F403  (the protocol tests, again on this protocol)
+
+from osmosis_run import LocalBackend
+from osmosis_run.server import create_rollout_server
+from osmosis_run.server.http1 import HttpProtocol
+
+ADMIT = json.dumps(
+    {
+        "initial_messages": [{"role": "user", "content": "hi"}],
+        "rollout_id": "r1",
+        "chat_completions_url": "http://127.0.0.1:9/v1",
+    }
+).encode()
+
+
+@pytest.fixture(autouse=True)
+def _lean_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serving_module, "HTTP", HttpProtocol)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Served]:
+    backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
+    app = create_rollout_server(backend=backend, configure_logging=False, out=tmp_path / "run")
+    with serve_app(app) as served:
+        yield served
+
+
+def _connect(served: Served) -> socket.socket:
+    host, port = served.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _responses(sock: socket.socket, count: int) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
+    """Read ``count`` responses with a Content-Length (or chunked) body, in order."""
+    data = b""
+    out: list[tuple[bytes, dict[bytes, bytes], bytes]] = []
+    while len(out) < count:
+        while b"\r\n\r\n" not in data:
+            more = sock.recv(65536)
+            assert more, f"connection closed after {len(out)} response(s): {data!r}"
+            data += more
+        head, data = data.split(b"\r\n\r\n", 1)
+        status, *lines = head.split(b"\r\n")
+        headers = dict(line.lower().split(b": ", 1) for line in lines)
+        if headers.get(b"transfer-encoding") == b"chunked":
+            body = b""
+            while True:
+                while b"\r\n" not in data:
+                    data += sock.recv(65536)
+                size_line, data = data.split(b"\r\n", 1)
+                size = int(size_line, 16)
+                while len(data) < size + 2:
+                    data += sock.recv(65536)
+                body, data = body + data[:size], data[size + 2 :]
+                if size == 0:
+                    break
+        else:
+            size = int(headers.get(b"content-length", b"0"))
+            while len(data) < size:
+                data += sock.recv(65536)
+            body, data = data[:size], data[size:]
+        out.append((status, headers, body))
+    return out
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (within a few seconds)."""
+    sock.settimeout(5)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_a_rollout_over_httpx_keeps_one_connection(server: Served) -> None:
+    admitted = server.client.post("/rollout", content=ADMIT)
+    assert admitted.status_code == 202
+    assert admitted.headers["content-type"] == "application/json"
+    assert admitted.headers["server"] == "uvicorn"
+    assert "date" in admitted.headers
+    token = admitted.json()["polling_lease_token"]
+    assert server.result("r1", token)["status"] == "success"
+
+
+def test_pipelined_requests_are_answered_in_order(server: Served) -> None:
+    with _connect(server) as sock:
+        sock.sendall(
+            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s"
+            b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n" % (len(ADMIT), ADMIT)
+        )
+        (s1, _, b1), (s2, _, b2), (s3, _, b3) = _responses(sock, 3)
+    assert s1 == b"HTTP/1.1 200 OK"
+    assert json.loads(b1)["status"] == "ok"
+    assert s2 == b"HTTP/1.1 202 Accepted"
+    assert json.loads(b2)["rollout_id"] == "r1"
+    assert s3 == b"HTTP/1.1 404 Not Found"
+    assert json.loads(b3) == {"detail": "Not Found"}
+
+
+def test_a_chunked_body_is_read_whole(server: Served) -> None:
+    half = len(ADMIT) // 2
+    with _connect(server) as sock:
+        sock.sendall(
+            b"POST /rollout HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/json\r\n\r\n"
+        )
+        sock.sendall(b"%x;ext=1\r\n%s\r\n" % (half, ADMIT[:half]))
+        time.sleep(0.05)  # the rest in another packet
+        sock.sendall(b"%x\r\n%s\r\n0\r\nX-Trailer: y\r\n\r\n" % (len(ADMIT) - half, ADMIT[half:]))
+        [(status, _, body)] = _responses(sock, 1)
+    assert status == b"HTTP/1.1 202 Accepted"
+    assert json.loads(body)["status"] == "queued"
+
+
+def test_a_body_in_pieces_is_read_whole(server: Served) -> None:
+    with _connect(server) as sock:
+        sock.sendall(
+            b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(ADMIT), ADMIT[:10])
+        )
+        time.sleep(0.05)
+        sock.sendall(ADMIT[10:])
+        [(status, _, _)] = _responses(sock, 1)
+    assert status == b"HTTP/1.1 202 Accepted"
+
+
+def test_expect_100_continue_is_answered_before_the_body(server: Served) -> None:
+    with _connect(server) as sock:
+        sock.sendall(
+            b"POST /rollout HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(ADMIT)
+        )
+        assert sock.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(ADMIT)
+        [(status, _, _)] = _responses(sock, 1)
+    assert status == b"HTTP/1.1 202 Accepted"
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"NOT A REQUEST\r\n\r\n",
+        b"GET /health HTTP/2.0\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nBad Header: x\r\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+        b"POST /rollout HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        b"POST /rollout HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+        b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+        b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"GET /health HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n",
+    ],
+)
+def test_what_cannot_be_parsed_is_a_400_and_a_closed_connection(
+    server: Served, request_bytes: bytes
+) -> None:
+    with _connect(server) as sock:
+        sock.sendall(request_bytes)
+        [(status, headers, body)] = _responses(sock, 1)
+        assert status == b"HTTP/1.1 400 Bad Request"
+        assert headers[b"connection"] == b"close"
+        assert body == b"Invalid HTTP request received."
+        assert _closed(sock)
+
+
+def test_connection_close_and_http_10_close_after_the_response(server: Served) -> None:
+    for request in (
+        b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /health HTTP/1.0\r\n\r\n",
+    ):
+        with _connect(server) as sock:
+            sock.sendall(request)
+            [(status, headers, body)] = _responses(sock, 1)
+            assert status == b"HTTP/1.1 200 OK"
+            assert headers[b"connection"] == b"close"
+            assert json.loads(body)["status"] == "ok"
+            assert _closed(sock)
+
+
+def test_an_idle_connection_is_closed_after_the_keep_alive(tmp_path: Path) -> None:
+    backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
+    app = create_rollout_server(backend=backend, configure_logging=False, out=tmp_path / "run")
+    with serve_app(app, timeout_keep_alive=0.3) as served, _connect(served) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _responses(sock, 1)[0][0] == b"HTTP/1.1 200 OK"
+        started = time.monotonic()
+        assert _closed(sock)
+        assert 0.2 < time.monotonic() - started < 3
+
+
+async def _streaming_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """An app answering without a length, in pieces; or crashing; or echoing the body."""
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    if path == "/crash":
+        raise RuntimeError("boom")
+    if path == "/echo":
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]})
+    for piece in (b"one ", b"two ", b""):
+        await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b"three"})
+
+
+@pytest.fixture
+def streaming() -> Iterator[Served]:
+    with serve_app(_streaming_app, lifespan="off") as served:
+        yield served
+
+
+def test_a_response_without_a_length_is_chunked_or_ends_with_the_connection(
+    streaming: Served,
+) -> None:
+    response = streaming.client.get("/stream")
+    assert response.status_code == 200
+    assert response.headers["transfer-encoding"] == "chunked"
+    assert response.headers["x-a"] == "1"
+    assert response.text == "one two three"
+    with _connect(streaming) as sock:
+        sock.sendall(b"GET /stream HTTP/1.0\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert b"connection: close" in head
+    assert body == b"one two three"
+
+
+def test_head_answers_no_body_and_a_crash_is_a_500(streaming: Served) -> None:
+    head = streaming.client.head("/stream")
+    assert head.status_code == 200
+    assert head.content == b""
+    crash = streaming.client.get("/crash")
+    assert crash.status_code == 500
+    assert crash.text == "Internal Server Error"
+    assert crash.headers["connection"] == "close"
+    echoed = streaming.client.post("/echo", content=iter([b"a" * 100_000, b"b" * 100_000]))
+    assert echoed.content == b"a" * 100_000 + b"b" * 100_000
+
+
+def test_a_request_answered_before_its_body_keeps_the_connection(tmp_path: Path) -> None:
+    backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
+    app = create_rollout_server(
+        backend=backend, configure_logging=False, out=tmp_path / "run", api_key="k"
+    )
+    with serve_app(app) as served:
+        with _connect(served) as sock:  # the 401 comes before the body; the body is dropped
+            sock.sendall(
+                b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(ADMIT)
+            )
+            [(status, _, body)] = _responses(sock, 1)
+            assert (status, json.loads(body)) == (
+                b"HTTP/1.1 401 Unauthorized",
+                {"detail": "unauthorized"},
+            )
+            sock.sendall(
+                ADMIT + b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\r\n"
+            )
+            [(status, _, body)] = _responses(sock, 1)
+            assert status == b"HTTP/1.1 200 OK"
+            assert json.loads(body)["status"] == "ok"
+        with _connect(served) as sock:  # waiting for a 100 Continue it will not get: closed
+            sock.sendall(
+                b"POST /rollout HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(ADMIT)
+            )
+            [(status, _, _)] = _responses(sock, 1)
+            assert status == b"HTTP/1.1 401 Unauthorized"
+            assert _closed(sock)
