@@ -44,7 +44,8 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
 
     Writes ``node.txt`` (and ``metadata.big`` bytes to ``big.bin``) as artifacts, appends
     ``rollout pid node`` to the file ``metadata.log``, kills its own process when
-    ``metadata.die``, and answers "key ok" when the rollout's
+    ``metadata.die``, waits (before sleeping) until the file ``metadata.wait_for`` exists, and
+    answers "key ok" when the rollout's
     context holds the key whose SHA-256 is ``metadata.key_sha``.
     """
 
@@ -56,6 +57,9 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
             _note(str(meta["log"]), f"{rid} {os.getpid()} {_node()}\n")
         if meta.get("die"):  # kill the process it runs in: its actor, on every attempt
             os.kill(os.getpid(), signal.SIGKILL)
+        if meta.get("wait_for"):
+            while not os.path.exists(str(meta["wait_for"])):
+                await asyncio.sleep(0.02)
         await asyncio.sleep(float(meta.get("sleep", 0)))
         if ctx.artifacts_dir is not None:
             (ctx.artifacts_dir / "node.txt").write_text(_node())

@@ -8,8 +8,11 @@ no Ray, so it reads (and is tested) as plain Python. An actor answers:
   the API key as this process's ``OSMOSIS_API_KEY`` (a method argument, never a constructor
   argument or ``runtime_env`` field, which Ray keeps in its control store), and check the
   shared-file-system probe. Returns None, or the one-line reason it cannot run rollouts;
-- ``run_batch(items)``: a batch of attempts, run concurrently, each with ``LocalExecutor``
-  within its stage deadlines, in the order given; the artifacts each wrote come back with it;
+- ``run_stream(items)``: a batch of attempts, run concurrently, each with ``LocalExecutor``
+  within its stage deadlines; a generator (a Ray streaming call) that yields each reply as its
+  rollout finishes, those finishing on the same turn of the loop in one list of ``(index in
+  items, reply)``: a slow rollout does not hold back the replies of the ones beside it. The
+  artifacts each rollout wrote come back with its reply;
 - ``cancel(ids)``: cancel those rollouts (a Ctrl-C, a deadline of the driver's).
 """
 
@@ -21,7 +24,7 @@ import platform
 import shutil
 import socket
 import tempfile
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +41,7 @@ from osmosis_run.sdk.backend import ARTIFACTS, LocalBackend
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
 
-__all__ = ["ARTIFACTS_CAP", "Item", "Reply", "RolloutActor", "versions"]
+__all__ = ["ARTIFACTS_CAP", "Chunk", "Item", "Reply", "RolloutActor", "versions"]
 
 T = TypeVar("T")
 
@@ -57,6 +60,9 @@ Item = tuple[ExecutionRequest, int, str, int | None]
 # One attempt's answer: outcome, workflow and grader milliseconds, artifacts shipped, omitted.
 # None: the rollout was cancelled.
 Reply = tuple[ExecutionOutcome, float | None, float | None, dict[str, bytes], tuple[str, ...]]
+# What one step of ``run_stream`` yields: the replies of the rollouts that finished since the
+# last step, each with its index in the batch.
+Chunk = list[tuple[int, Reply | None]]
 
 
 def versions() -> dict[str, str]:
@@ -151,11 +157,47 @@ class RolloutActor:
         )
         return None
 
-    async def run_batch(self, items: list[Item]) -> list[Reply | None]:
-        """Run a batch of attempts concurrently; their replies in the order given."""
-        if len(items) == 1:
-            return [await self._run_one(items[0])]
-        return list(await asyncio.gather(*(self._run_one(item) for item in items)))
+    async def run_stream(self, items: list[Item]) -> AsyncIterator[Chunk]:
+        """Run a batch of attempts concurrently; yield their replies as they finish.
+
+        Each step yields the replies of the rollouts that finished since the previous one
+        (those finishing on one turn of the loop travel together: one message, not one each).
+        A rollout that raises ends the stream with its error; when the stream is cancelled or
+        closed (a Ctrl-C, the driver's deadline), the rollouts still running are cancelled.
+        """
+        finished: Chunk = []
+        failed: list[BaseException] = []
+        wake = asyncio.Event()
+
+        async def one(index: int, item: Item) -> None:
+            try:
+                reply = await self._run_one(item)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # a bug: it ends the whole stream
+                failed.append(exc)
+            else:
+                finished.append((index, reply))
+            wake.set()
+
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(one(index, item)) for index, item in enumerate(items)]
+        left = len(tasks)
+        try:
+            while left:
+                await wake.wait()
+                await asyncio.sleep(0)  # the rollouts finishing on this turn join the chunk
+                wake.clear()
+                if failed:
+                    raise failed[0]
+                chunk = finished[:]
+                finished.clear()
+                left -= len(chunk)
+                yield chunk
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
 
     def cancel(self, rollout_ids: list[str]) -> None:
         """Cancel these rollouts, if they are running here."""
@@ -167,7 +209,7 @@ class RolloutActor:
     async def _run_one(self, item: Item) -> Reply | None:
         executor = self._executor
         if executor is None:
-            raise RuntimeError("RolloutActor.run_batch before a successful setup")
+            raise RuntimeError("RolloutActor.run_stream before a successful setup")
         request, number, url, seed = item
         context = RolloutContext(chat_completions_url=url, rollout_id=request.id, seed=seed)
         task = asyncio.get_running_loop().create_task(
