@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import os
 import signal
+import time
 from typing import Any
 
 from osmosis_run import (
@@ -32,6 +33,11 @@ def _node() -> str:
 def _note(path: str, line: str) -> None:
     with open(path, "a", encoding="utf-8") as f:
         f.write(line)
+
+
+def _wait_for_file(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.02)
 
 
 def _answer(ctx: AgentWorkflowContext[Any]) -> list[dict[str, Any]]:
@@ -58,8 +64,7 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
         if meta.get("die"):  # kill the process it runs in: its actor, on every attempt
             os.kill(os.getpid(), signal.SIGKILL)
         if meta.get("wait_for"):
-            while not os.path.exists(str(meta["wait_for"])):
-                await asyncio.sleep(0.02)
+            await asyncio.to_thread(_wait_for_file, str(meta["wait_for"]))
         await asyncio.sleep(float(meta.get("sleep", 0)))
         if ctx.artifacts_dir is not None:
             (ctx.artifacts_dir / "node.txt").write_text(_node())
