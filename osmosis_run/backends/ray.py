@@ -14,14 +14,23 @@ versions and load the workflow and grader; otherwise nothing runs and the error 
 (exit 2). The API key reaches the actors as their ``OSMOSIS_API_KEY``, through a method call.
 
 ``run`` puts an attempt into the batch of the least busy actor; a batch is sent as one actor
-call when it holds ``--ray-batch`` attempts, or on the event loop's next turn. The reply brings
-each outcome and the artifacts the rollout wrote (at most ``ARTIFACTS_CAP`` bytes per rollout;
-files past it are listed in result.json) unless ``--ray-shared-fs`` says the run directory is
-shared, which a probe file checks on every actor.
+call when it holds ``--ray-batch`` attempts (``AUTO_BATCH`` with ``auto``, the default), or
+when the event loop has turned ``FLUSH_TURNS`` times: with ``auto`` a call carries what is
+waiting for its actor, so rollouts that start together (a burst of slots freed at once) travel
+together, and a trickle travels one by one without waiting. Ray costs about 0.4 ms of driver
+CPU and a few milliseconds of latency per call, whatever it carries.
+
+Replies come back per rollout as each finishes, not when the whole batch has: the call brings
+the first to finish (with the batch-mates finishing within ``GATHER_S`` of them), and ``more``
+calls bring the rest, so a slow rollout does not hold back its batch-mates' results lines.
+Each reply brings the outcome and the artifacts the rollout wrote (at most ``ARTIFACTS_CAP``
+bytes per rollout; files past it are listed in result.json) unless ``--ray-shared-fs`` says
+the run directory is shared, which a probe file checks on every actor.
 
 Exactly-once recording, at-least-once execution: a rollout is recorded when its reply arrives.
-An actor lost mid-call (killed, its node gone) raises ``AttemptLost`` for each attempt it held,
-and is replaced; the engine runs those attempts again, not counting them against
+An actor lost mid-call (killed, its node gone) raises ``AttemptLost`` for each attempt it held
+that had no reply yet (those of its batch already answered stay recorded, once), and is
+replaced; the engine runs those attempts again, not counting them against
 ``--retries``, at most ``LOST_LIMIT`` times in a row (then the rollout is recorded as a
 failure). Which of an actor's rollouts killed it is unknown, so each runs again alone on an
 idle actor: the culprit then dies alone, and the rollouts beside it finish. A rollout lost that
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -78,8 +88,8 @@ CONNECT_TIMEOUT_S = 5.0
 # A replacement actor that cannot start is tried again this many times, then its slot is left
 # empty; with no actor left the run stops (exit 4) and resumes later.
 REPLACE_TRIES = 3
-# ``--ray-batch auto`` (the default): an actor call carries what is pending for its actor when
-# the loop next turns, up to this many attempts.
+# ``--ray-batch auto`` (the default): an actor call carries what is waiting for its actor when
+# the batch is sent (see FLUSH_TURNS), up to this many attempts.
 AUTO_BATCH = 64
 # A batch not full goes when the loop has turned this many times: the rollouts that a burst
 # of replies lets start (the window's slots freed together) reach the same call.
@@ -157,6 +167,7 @@ class RayExecutor:
         self._per_actor: int | None = None
         self._key = plan.settings.execution.api_key_value()
         self._batch = AUTO_BATCH if options.batch == "auto" else options.batch
+        self._keys = itertools.count()
 
     @classmethod
     def from_plan(cls, plan: Plan) -> RayExecutor:
@@ -454,8 +465,9 @@ class RayExecutor:
             for call in calls:
                 call.slot = slot
             slot.in_flight += len(calls)
-            stream = slot.handle.run_stream.remote([c.item for c in calls])
-            replies = self._replies(slot, slot.generation, stream, calls)
+            key = next(self._keys)
+            first = slot.handle.run_batch.remote(key, [c.item for c in calls])
+            replies = self._replies(slot, slot.generation, key, first, calls)
             task = asyncio.get_running_loop().create_task(replies)
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
@@ -464,24 +476,31 @@ class RayExecutor:
         if slot.pending:
             self._schedule_flush(slot)
 
-    async def _replies(self, slot: _Slot, generation: int, stream: Any, calls: list[_Call]) -> None:
-        """Hand each attempt of one actor call its reply as it streams in (or its loss).
+    async def _replies(
+        self, slot: _Slot, generation: int, key: int, ref: Any, calls: list[_Call]
+    ) -> None:
+        """Hand each attempt of one batch its reply as it comes (or its loss).
 
-        The replies come as the rollouts finish, so a slow one does not hold back the others;
-        when the actor is lost, only the attempts not answered yet are lost.
+        The first call brings the replies of the first rollouts to finish; ``more`` calls
+        bring the others as they finish, so a slow one does not hold back the rest. When the
+        actor is lost, only the attempts not answered yet are lost.
         """
         waiting = dict(enumerate(calls))
         try:
-            async for ref in stream:
-                chunk: Chunk = await ref
+            while True:
+                chunk: Chunk
+                chunk, done = await _awaitable(ref)
                 for index, reply in chunk:
                     call = waiting.pop(index)
                     slot.in_flight -= 1
                     if not call.future.done():
                         call.future.set_result(reply)
+                if done:
+                    break
+                ref = slot.handle.more.remote(key)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
-                ray.cancel(stream)
+                ray.cancel(ref)
             _settle(waiting.values(), AttemptLost("the run is closing"))
             raise
         except _LOST as exc:
@@ -491,8 +510,8 @@ class RayExecutor:
             )
         except BaseException as exc:  # a bug: each attempt raises it, the run stops
             _settle(waiting.values(), exc)
-        else:  # the stream ended without some (it should not): they run again
-            _settle(waiting.values(), AttemptLost("the Ray actor's reply stream ended early"))
+        else:  # the actor said it was all, without some (it should not): they run again
+            _settle(waiting.values(), AttemptLost("the Ray actor's replies ended early"))
         finally:
             slot.in_flight -= len(waiting)
             if slot.in_flight == 0:
