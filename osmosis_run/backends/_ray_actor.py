@@ -10,12 +10,12 @@ no Ray, so it reads (and is tested) as plain Python. An actor answers:
   shared-file-system probe. Returns None, or the one-line reason it cannot run rollouts;
 - ``run_batch(key, items)``: start a batch of attempts, run concurrently, each with
   ``LocalExecutor`` within its stage deadlines; return the replies of the first to finish
-  (with those finishing within ``GATHER_S`` of them) and whether that was all. The driver then
-  calls ``more(key)`` for the next replies, until all came: a slow rollout does not hold back
-  the replies of the ones beside it, and a batch that finishes together costs one plain call
-  (a Ray streaming generator costs about a millisecond more per round trip). The artifacts
-  each rollout wrote come back with its reply. A call cancelled or failed ends its batch (its
-  rollouts still running are cancelled);
+  (with the batch-mates finishing right after them, see ``_gather``) and whether that was
+  all. The driver then calls ``more(key)`` for the next replies, until all came: a slow
+  rollout does not hold back the replies of the ones beside it, and a batch that finishes
+  together costs one plain call (a Ray streaming generator costs about a millisecond more per
+  round trip). The artifacts each rollout wrote come back with its reply. A call cancelled or
+  failed ends its batch (its rollouts still running are cancelled);
 - ``cancel(ids)``: cancel those rollouts (a Ctrl-C, a deadline of the driver's).
 """
 
@@ -57,11 +57,11 @@ SHM = "/dev/shm"
 SCRATCH_RAM_FREE = 1 << 30
 # Past its deadline, how long a stage gets to honour its cancellation (as in the engine).
 ABANDON_GRACE_S = 2.0
-# Once a rollout of a batch has finished, how long its reply waits for batch-mates finishing
-# at about the same time (at most GATHER_SHARE of the time the batch has run): one reply for
-# rollouts that end together, not one round trip each.
+# Once a rollout of a batch has finished, its reply waits while batch-mates keep finishing
+# (each within GATHER_S of the last), for GATHER_S plus GATHER_SHARE of the time the batch has
+# run at most: one reply for rollouts that end together, not one round trip each.
 GATHER_S = 0.002
-GATHER_SHARE = 0.05
+GATHER_SHARE = 0.1
 
 # One attempt as the driver sends it: the request, the attempt number, the model endpoint,
 # the rollout's seed. The API key is not in it: the actor has it in its environment.
@@ -228,15 +228,20 @@ class RolloutActor:
 
     @staticmethod
     async def _gather(batch: _Batch) -> None:
-        """Until a rollout has finished, then for up to ``GATHER_S`` while batch-mates do."""
+        """Until a rollout has finished, then while batch-mates keep finishing.
+
+        The reply goes when no batch-mate has finished for ``GATHER_S``, or when gathering has
+        taken ``GATHER_S`` plus ``GATHER_SHARE`` of the time the batch has run: rollouts that
+        end together travel in one reply, and a slow one holds the others back by no more.
+        """
         await batch.wake.wait()
         loop = asyncio.get_running_loop()
         now = loop.time()
-        end = now + min(GATHER_S, GATHER_SHARE * (now - batch.started))
+        end = now + GATHER_S + GATHER_SHARE * (now - batch.started)
         while len(batch.finished) < batch.left and not batch.failed and now < end:
             batch.wake.clear()
             try:
-                await asyncio.wait_for(batch.wake.wait(), end - now)
+                await asyncio.wait_for(batch.wake.wait(), min(GATHER_S, end - now))
             except TimeoutError:
                 return
             now = loop.time()

@@ -21,7 +21,7 @@ together, and a trickle travels one by one without waiting. Ray costs about 0.4 
 CPU and a few milliseconds of latency per call, whatever it carries.
 
 Replies come back per rollout as each finishes, not when the whole batch has: the call brings
-the first to finish (with the batch-mates finishing within ``GATHER_S`` of them), and ``more``
+the first to finish (with the batch-mates finishing right after them), and ``more``
 calls bring the rest, so a slow rollout does not hold back its batch-mates' results lines.
 Each reply brings the outcome and the artifacts the rollout wrote (at most ``ARTIFACTS_CAP``
 bytes per rollout; files past it are listed in result.json) unless ``--ray-shared-fs`` says
