@@ -467,7 +467,7 @@ class RayExecutor:
             slot.in_flight += len(calls)
             key = next(self._keys)
             first = slot.handle.run_batch.remote(key, [c.item for c in calls])
-            replies = self._replies(slot, slot.generation, key, first, calls)
+            replies = self._replies(slot, slot.handle, slot.generation, key, first, calls)
             task = asyncio.get_running_loop().create_task(replies)
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
@@ -477,7 +477,7 @@ class RayExecutor:
             self._schedule_flush(slot)
 
     async def _replies(
-        self, slot: _Slot, generation: int, key: int, ref: Any, calls: list[_Call]
+        self, slot: _Slot, handle: Any, generation: int, key: int, ref: Any, calls: list[_Call]
     ) -> None:
         """Hand each attempt of one batch its reply as it comes (or its loss).
 
@@ -497,7 +497,7 @@ class RayExecutor:
                         call.future.set_result(reply)
                 if done:
                     break
-                ref = slot.handle.more.remote(key)
+                ref = handle.more.remote(key)  # the batch's actor, even if replaced since
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 ray.cancel(ref)
