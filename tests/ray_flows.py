@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import os
 import signal
+import time
 from typing import Any
 
 from osmosis_run import (
@@ -34,6 +35,11 @@ def _note(path: str, line: str) -> None:
         f.write(line)
 
 
+def _wait_for_file(path: str) -> None:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+
+
 def _answer(ctx: AgentWorkflowContext[Any]) -> list[dict[str, Any]]:
     last = str([m for m in ctx.prompt if m["role"] == "user"][-1]["content"])
     return [*ctx.prompt, {"role": "assistant", "content": last}]
@@ -44,7 +50,8 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
 
     Writes ``node.txt`` (and ``metadata.big`` bytes to ``big.bin``) as artifacts, appends
     ``rollout pid node`` to the file ``metadata.log``, kills its own process when
-    ``metadata.die``, and answers "key ok" when the rollout's
+    ``metadata.die``, waits (before sleeping) until the file ``metadata.wait_for`` exists, and
+    answers "key ok" when the rollout's
     context holds the key whose SHA-256 is ``metadata.key_sha``.
     """
 
@@ -56,6 +63,8 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
             _note(str(meta["log"]), f"{rid} {os.getpid()} {_node()}\n")
         if meta.get("die"):  # kill the process it runs in: its actor, on every attempt
             os.kill(os.getpid(), signal.SIGKILL)
+        if meta.get("wait_for"):
+            await asyncio.to_thread(_wait_for_file, str(meta["wait_for"]))
         await asyncio.sleep(float(meta.get("sleep", 0)))
         if ctx.artifacts_dir is not None:
             (ctx.artifacts_dir / "node.txt").write_text(_node())

@@ -320,6 +320,88 @@ def test_an_actor_killed_mid_run_loses_no_rollout_and_records_each_once(
     assert on_victim & elsewhere  # what the killed actor held in flight ran again elsewhere
 
 
+def results_so_far(out: Path) -> list[str]:
+    """The rollout ids of the results lines written so far (none before the file exists)."""
+    path = out / "results.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["rollout_id"] for line in path.read_text().splitlines() if line]
+
+
+def test_a_slow_rollout_does_not_hold_back_the_results_of_its_batch_mates(
+    cluster: Cluster, workdir: Path
+) -> None:
+    # One actor and a window of 6: the default (--ray-batch auto) sends the six in one call.
+    # r0 waits for a file the test makes only once the other five have their results lines:
+    # that happens only if their replies stream back while r0 is still running.
+    out, release = workdir / "run", workdir / "release"
+    data = rows(6)
+    data[0]["metadata"] = {"wait_for": str(release)}
+    dataset = write_jsonl(workdir / "d.jsonl", data)
+    args = eval_args(dataset, out, "--concurrency", "6", "--ray-actors", "1")
+    child = subprocess.Popen(
+        [*args, "--backend", "ray", "--ray-address", cluster.address],
+        cwd=workdir,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: len(results_so_far(out)) >= 5, timeout=60, what="five results lines")
+        assert sorted(results_so_far(out)) == [f"r{i}.s0" for i in range(1, 6)]
+        release.touch()
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, stderr
+    assert recorded_once(out, 6) == ["ungraded"] * 6
+    assert results_so_far(out)[-1] == "r0.s0"
+
+
+def test_an_actor_lost_with_part_of_its_batch_answered_runs_only_the_rest_again(
+    cluster: Cluster, workdir: Path
+) -> None:
+    # Six rollouts in one call to the only actor: five answer (streamed back, recorded), r0
+    # is still running when the actor is SIGKILLed. Only r0 runs again (on the replacement);
+    # every rollout has exactly one results line.
+    out, log, release = workdir / "run", workdir / "where.log", workdir / "release"
+    data = rows(6, metadata={"log": str(log)})
+    data[0]["metadata"] = {"log": str(log), "wait_for": str(release)}
+    dataset = write_jsonl(workdir / "d.jsonl", data)
+    args = eval_args(dataset, out, "--concurrency", "6", "--ray-actors", "1")
+    child = subprocess.Popen(
+        [*args, "--backend", "ray", "--ray-address", cluster.address],
+        cwd=workdir,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: len(results_so_far(out)) >= 5, timeout=60, what="five results lines")
+        (victim,) = {int(pid) for rid, pid, _ in log_lines(log) if rid == "r0.s0"}
+        os.kill(victim, signal.SIGKILL)
+        release.touch()  # for r0's second run, on the replacement actor
+        _, stderr = child.communicate(timeout=90)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, stderr
+    assert recorded_once(out, 6) == ["ungraded"] * 6
+    runs: dict[str, list[str]] = {}
+    for rid, pid, _ in log_lines(log):
+        runs.setdefault(rid, []).append(pid)
+    assert {rid: len(pids) for rid, pids in runs.items()} == {
+        "r0.s0": 2,
+        **{f"r{i}.s0": 1 for i in range(1, 6)},
+    }
+    assert runs["r0.s0"][0] == str(victim) != runs["r0.s0"][1]
+
+
 def test_a_rollout_that_kills_its_actor_every_time_is_recorded_as_a_failure(
     cluster: Cluster, workdir: Path
 ) -> None:

@@ -44,14 +44,24 @@ def test_the_ray_options_come_from_the_config_file_the_environment_and_the_comma
     assert (over.ray_batch, over.ray_actors) == (32, 2)  # env beats the file, the CLI beats env
 
 
-def test_the_defaults_run_locally_one_request_per_call() -> None:
+def test_ray_batch_auto_comes_from_every_source_in_any_case(tmp_path: Path) -> None:
+    config = tmp_path / "eval.toml"
+    config.write_text('ray_batch = "auto"\n')
+    assert resolve_settings({}, config_file=config, environ={}).execution.ray_batch == "auto"
+    env = {"OSMOSIS_RUN_RAY_BATCH": "AUTO"}
+    assert resolve_settings({}, environ=env).execution.ray_batch == "auto"
+    assert resolve_settings({"ray_batch": "8"}, environ=env).execution.ray_batch == 8
+    assert resolve_settings({"ray_batch": " Auto "}, environ={}).execution.ray_batch == "auto"
+
+
+def test_the_defaults_run_locally_with_adaptive_batches() -> None:
     e = EvalSettings().execution
     assert (e.backend, e.ray_address, e.ray_actors, e.ray_actor_cpus, e.ray_batch) == (
         "local",
         None,
         None,
         0.0,
-        1,
+        "auto",
     )
     assert (e.ray_shared_fs, e.ray_ready_timeout) == (False, 120.0)
 
@@ -69,6 +79,12 @@ def test_a_bad_backend_or_batch_is_one_line_and_exit_2(
     assert zero.exit_code == 2
     assert zero.stderr == (
         "error: --ray-batch (command line): Input should be greater than or equal to 1 (got 0)\n"
+    )
+    word = cli("eval", "d.jsonl", "--workflow", "eval_flows:Echo", "--ray-batch", "lots")
+    assert word.exit_code == 2
+    assert word.stderr == (
+        "error: --ray-batch (command line): Input should be a whole number of rollouts (1 or "
+        "more) or 'auto' (got 'lots')\n"
     )
     assert not (tmp_path / "runs").exists()
 

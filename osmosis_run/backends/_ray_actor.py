@@ -8,8 +8,14 @@ no Ray, so it reads (and is tested) as plain Python. An actor answers:
   the API key as this process's ``OSMOSIS_API_KEY`` (a method argument, never a constructor
   argument or ``runtime_env`` field, which Ray keeps in its control store), and check the
   shared-file-system probe. Returns None, or the one-line reason it cannot run rollouts;
-- ``run_batch(items)``: a batch of attempts, run concurrently, each with ``LocalExecutor``
-  within its stage deadlines, in the order given; the artifacts each wrote come back with it;
+- ``run_batch(key, items)``: start a batch of attempts, run concurrently, each with
+  ``LocalExecutor`` within its stage deadlines; return the replies of the first to finish
+  (with the batch-mates finishing right after them, see ``_gather``) and whether that was
+  all. The driver then calls ``more(key)`` for the next replies, until all came: a slow
+  rollout does not hold back the replies of the ones beside it, and a batch that finishes
+  together costs one plain call (a Ray streaming generator costs about a millisecond more per
+  round trip). The artifacts each rollout wrote come back with its reply. A call cancelled or
+  failed ends its batch (its rollouts still running are cancelled);
 - ``cancel(ids)``: cancel those rollouts (a Ctrl-C, a deadline of the driver's).
 """
 
@@ -22,6 +28,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +45,7 @@ from osmosis_run.sdk.backend import ARTIFACTS, LocalBackend
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
 
-__all__ = ["ARTIFACTS_CAP", "Item", "Reply", "RolloutActor", "versions"]
+__all__ = ["ARTIFACTS_CAP", "Chunk", "Item", "Reply", "RolloutActor", "versions"]
 
 T = TypeVar("T")
 
@@ -50,6 +57,11 @@ SHM = "/dev/shm"
 SCRATCH_RAM_FREE = 1 << 30
 # Past its deadline, how long a stage gets to honour its cancellation (as in the engine).
 ABANDON_GRACE_S = 2.0
+# Once a rollout of a batch has finished, its reply waits while batch-mates keep finishing
+# (each within GATHER_S of the last), for GATHER_S plus GATHER_SHARE of the time the batch has
+# run at most: one reply for rollouts that end together, not one round trip each.
+GATHER_S = 0.002
+GATHER_SHARE = 0.1
 
 # One attempt as the driver sends it: the request, the attempt number, the model endpoint,
 # the rollout's seed. The API key is not in it: the actor has it in its environment.
@@ -57,6 +69,9 @@ Item = tuple[ExecutionRequest, int, str, int | None]
 # One attempt's answer: outcome, workflow and grader milliseconds, artifacts shipped, omitted.
 # None: the rollout was cancelled.
 Reply = tuple[ExecutionOutcome, float | None, float | None, dict[str, bytes], tuple[str, ...]]
+# What ``run_batch`` and ``more`` return: the replies of the rollouts that finished since the
+# last call, each with its index in the batch.
+Chunk = list[tuple[int, Reply | None]]
 
 
 def versions() -> dict[str, str]:
@@ -103,6 +118,18 @@ class _Deadlines:
             task.add_done_callback(self.abandoned.discard)
 
 
+@dataclass(eq=False)
+class _Batch:
+    """One ``run_batch`` call's rollouts: the replies not handed over yet, how many are left."""
+
+    left: int
+    started: float
+    finished: Chunk = field(default_factory=list)
+    failed: list[BaseException] = field(default_factory=list)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
 class RolloutActor:
     """One actor of the pool: the user's classes, loaded once, running many rollouts."""
 
@@ -112,6 +139,7 @@ class RolloutActor:
         self._ship = True
         self._deadlines = _Deadlines()
         self._running: dict[str, asyncio.Task[Any]] = {}
+        self._batches: dict[int, _Batch] = {}
 
     def hello(self) -> dict[str, str]:
         """The versions that must match the driver's, and where this actor runs."""
@@ -151,11 +179,79 @@ class RolloutActor:
         )
         return None
 
-    async def run_batch(self, items: list[Item]) -> list[Reply | None]:
-        """Run a batch of attempts concurrently; their replies in the order given."""
-        if len(items) == 1:
-            return [await self._run_one(items[0])]
-        return list(await asyncio.gather(*(self._run_one(item) for item in items)))
+    async def run_batch(self, key: int, items: list[Item]) -> tuple[Chunk, bool]:
+        """Start a batch; the replies of the first rollouts to finish, and whether that was all."""
+        loop = asyncio.get_running_loop()
+        batch = _Batch(left=len(items), started=loop.time())
+        self._batches[key] = batch
+        batch.tasks = [
+            loop.create_task(self._run_into(batch, index, item)) for index, item in enumerate(items)
+        ]
+        return await self._next(key, batch)
+
+    async def more(self, key: int) -> tuple[Chunk, bool]:
+        """The next replies of a batch ``run_batch`` started, and whether that was all.
+
+        Raises:
+            KeyError: no such batch (it ended, or this actor never had it).
+        """
+        return await self._next(key, self._batches[key])
+
+    async def _run_into(self, batch: _Batch, index: int, item: Item) -> None:
+        try:
+            reply = await self._run_one(item)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug: it ends the whole batch
+            batch.failed.append(exc)
+        else:
+            batch.finished.append((index, reply))
+        batch.wake.set()
+
+    async def _next(self, key: int, batch: _Batch) -> tuple[Chunk, bool]:
+        """Wait for a reply, gather the batch-mates finishing with it, hand them over."""
+        try:
+            await self._gather(batch)
+        except BaseException:  # the call was cancelled (Ctrl-C, the driver's deadline)
+            self._end(key, batch)
+            raise
+        if batch.failed:
+            self._end(key, batch)
+            raise batch.failed[0]
+        chunk = batch.finished[:]
+        batch.finished.clear()
+        batch.wake.clear()
+        batch.left -= len(chunk)
+        if batch.left == 0:
+            self._batches.pop(key, None)
+        return chunk, batch.left == 0
+
+    @staticmethod
+    async def _gather(batch: _Batch) -> None:
+        """Until a rollout has finished, then while batch-mates keep finishing.
+
+        The reply goes when no batch-mate has finished for ``GATHER_S``, or when gathering has
+        taken ``GATHER_S`` plus ``GATHER_SHARE`` of the time the batch has run: rollouts that
+        end together travel in one reply, and a slow one holds the others back by no more.
+        """
+        await batch.wake.wait()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        end = now + GATHER_S + GATHER_SHARE * (now - batch.started)
+        while len(batch.finished) < batch.left and not batch.failed and now < end:
+            batch.wake.clear()
+            try:
+                await asyncio.wait_for(batch.wake.wait(), min(GATHER_S, end - now))
+            except TimeoutError:
+                return
+            now = loop.time()
+
+    def _end(self, key: int, batch: _Batch) -> None:
+        """A batch whose call was cancelled or failed: cancel what still runs, forget it."""
+        self._batches.pop(key, None)
+        for task in batch.tasks:
+            if not task.done():
+                task.cancel()
 
     def cancel(self, rollout_ids: list[str]) -> None:
         """Cancel these rollouts, if they are running here."""

@@ -294,10 +294,13 @@ def eval_command(
         ),
     ] = None,
     ray_batch: Annotated[
-        int | None,
+        str | None,
         _opt(
             "--ray-batch",
-            help="Rollouts sent per actor call (default 1; 16-64 for short rollouts).",
+            metavar="B|auto",
+            help="Rollouts per actor call. auto (default): each call carries what is waiting "
+            "for its actor, up to 64; B: at most B. Results stream back as each rollout "
+            "finishes.",
             panel=_RAY,
         ),
     ] = None,

@@ -55,6 +55,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from osmosis_run.errors import ConfigError
 from osmosis_run.results.gates import Gate
@@ -185,7 +186,7 @@ class Execution(_Group):
     ray_address: str | None = None
     ray_actors: int | None = Field(None, ge=1)
     ray_actor_cpus: float = Field(0.0, ge=0)
-    ray_batch: int = Field(1, ge=1)
+    ray_batch: Annotated[int, Field(ge=1)] | Literal["auto"] = "auto"
     ray_shared_fs: bool = False
     ray_ready_timeout: float = Field(120.0, gt=0)
     server: str | None = None
@@ -212,6 +213,21 @@ class Execution(_Group):
         if not sep or scheme.lower() not in ("http", "https") or not rest or "?" in url:
             raise ValueError("must be an http:// or https:// URL, such as http://127.0.0.1:8000")
         return url
+
+    @field_validator("ray_batch", mode="before")
+    @classmethod
+    def _batch_or_auto(cls, value: Any) -> Any:
+        """``auto`` (in any case) or a whole number, also as text (command line, environment)."""
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text == "auto":
+                return "auto"
+            if text.removeprefix("-").isdigit():
+                return int(text)
+            raise PydanticCustomError(
+                "ray_batch", "Input should be a whole number of rollouts (1 or more) or 'auto'"
+            )
+        return value
 
     @field_validator("concurrency", mode="before")
     @classmethod

@@ -15,7 +15,8 @@ How the issue's words are read:
   (concurrency 64), the Ray eval ``--ray-batch 64`` at the backend's own concurrency (two
   batches per actor in flight). The runners' own walls (summary.json) are reported beside.
 - W10 "wall / ideal 1.0 s, runner wall": summary.json's ``wall_s`` of 2,000 rollouts sleeping
-  0.05 s at concurrency 100 on Ray, over 2,000 / 100 x 0.05 s.
+  0.05 s at concurrency 100 on Ray, over 2,000 / 100 x 0.05 s, at the user's default settings
+  (no batch flag: ``--ray-batch auto``); the same with ``--ray-batch 16`` is reported beside.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def w10(bench: Bench) -> Line:
         "W10",
         [Check("runner wall / ideal", on_ray.inner_wall_s / ideal, 1.3)],
         "the runner's wall (summary.json wall_s) on a two-node local Ray cluster / (rows / "
-        "concurrency x 0.05 s), one rollout per actor call (the default --ray-batch 1); "
+        "concurrency x 0.05 s), at the default --ray-batch auto (each call carries what waits "
+        "for its actor, replies come back as rollouts finish); "
         "whole_process_figure: the eval process wall, startup included; batched_figure: the "
         f"runner's wall / ideal with --ray-batch {W10_COMPANION_BATCH}",
         rows=rows,

@@ -1,0 +1,151 @@
+"""The Ray actor's batch protocol (``run_batch`` then ``more``), on the host: no Ray here.
+
+``_ray_actor.RolloutActor`` imports no Ray, so its batches are driven directly with a stub
+executor whose rollouts finish when the test says: replies come as rollouts finish (a slow one
+does not hold back its batch-mates), rollouts finishing together come in one reply, one
+cancelled rollout answers None, and a cancelled call ends its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from osmosis_run.backends._ray_actor import Chunk, Item, RolloutActor
+from osmosis_run.run.seam import Attempt, AttemptResult
+from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest, ExecutionResult
+
+
+def on_a_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """Run an async test on a fresh event loop."""
+
+    @functools.wraps(test)
+    def run() -> None:
+        asyncio.run(test())
+
+    return run
+
+
+class Gates:
+    """A stub executor: each rollout waits for its gate, then succeeds (or raises)."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+        self.cancelled: list[str] = []
+        self.raises: set[str] = set()
+
+    def gate(self, rollout_id: str) -> asyncio.Event:
+        return self.gates.setdefault(rollout_id, asyncio.Event())
+
+    async def run(self, attempt: Attempt, deadlines: Any) -> AttemptResult:
+        rid = attempt.request.id
+        try:
+            await self.gate(rid).wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(rid)
+            raise
+        if rid in self.raises:
+            raise RuntimeError(f"bug in {rid}")
+        outcome = ExecutionOutcome(workflow=ExecutionResult(status="success"))
+        return AttemptResult(outcome, 1.0, None)
+
+
+def items(*ids: str) -> list[Item]:
+    return [(ExecutionRequest(id=i, prompt=[]), 1, "http://m/v1", None) for i in ids]
+
+
+def actor_with(gates: Gates) -> RolloutActor:
+    actor = RolloutActor()
+    actor._executor = gates  # type: ignore[assignment]
+    return actor
+
+
+def ids(chunk: Chunk) -> list[int]:
+    return sorted(index for index, _ in chunk)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@on_a_loop
+async def test_replies_come_as_rollouts_finish_and_a_slow_one_holds_back_no_other() -> None:
+    gates = Gates()
+    actor = actor_with(gates)
+    first = asyncio.create_task(actor.run_batch(7, items("a", "b", "c")))
+    await settle()
+    gates.gate("b").set()
+    chunk, done = await asyncio.wait_for(first, 5)
+    assert (ids(chunk), done) == ([1], False)
+    gates.gate("a").set()
+    chunk, done = await asyncio.wait_for(actor.more(7), 5)
+    assert (ids(chunk), done) == ([0], False)
+    gates.gate("c").set()
+    chunk, done = await asyncio.wait_for(actor.more(7), 5)
+    assert (ids(chunk), done) == ([2], True)
+    reply = chunk[0][1]
+    assert reply is not None
+    assert reply[0].workflow.status == "success"
+    with pytest.raises(KeyError):  # the batch is over: the actor keeps nothing of it
+        await actor.more(7)
+
+
+@on_a_loop
+async def test_rollouts_that_finish_together_come_in_one_reply() -> None:
+    gates = Gates()
+    actor = actor_with(gates)
+    call = asyncio.create_task(actor.run_batch(1, items("a", "b", "c", "d")))
+    await settle()
+    for rid in "abcd":
+        gates.gate(rid).set()
+    chunk, done = await asyncio.wait_for(call, 5)
+    assert (ids(chunk), done) == ([0, 1, 2, 3], True)
+
+
+@on_a_loop
+async def test_one_rollout_cancelled_answers_none_and_the_others_run_on() -> None:
+    gates = Gates()
+    actor = actor_with(gates)
+    call = asyncio.create_task(actor.run_batch(2, items("a", "b")))
+    await settle()
+    actor.cancel(["a"])
+    chunk, done = await asyncio.wait_for(call, 5)
+    assert (chunk, done) == ([(0, None)], False)
+    gates.gate("b").set()
+    chunk, done = await asyncio.wait_for(actor.more(2), 5)
+    assert (ids(chunk), done) == ([1], True)
+    assert gates.cancelled == ["a"]
+
+
+@on_a_loop
+async def test_a_cancelled_call_cancels_what_its_batch_still_runs() -> None:
+    gates = Gates()
+    actor = actor_with(gates)
+    call = asyncio.create_task(actor.run_batch(3, items("a", "b")))
+    await settle()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await settle()
+    assert sorted(gates.cancelled) == ["a", "b"]
+    with pytest.raises(KeyError):
+        await actor.more(3)
+
+
+@on_a_loop
+async def test_a_rollout_that_raises_ends_its_batch_with_the_error() -> None:
+    gates = Gates()
+    gates.raises.add("a")
+    actor = actor_with(gates)
+    call = asyncio.create_task(actor.run_batch(4, items("a", "b")))
+    await settle()
+    gates.gate("a").set()
+    with pytest.raises(RuntimeError, match="bug in a"):
+        await asyncio.wait_for(call, 5)
+    await settle()
+    assert gates.cancelled == ["b"]
