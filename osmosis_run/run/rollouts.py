@@ -254,6 +254,7 @@ def result_line(
     status = status_of(outcome)
     reward = sample.reward if sample is not None and status == "success" else None
     row = job.row
+    workflow_ms, grader_ms = timings["workflow_ms"], timings["grader_ms"]
     return construct(  # the fields of row_fields(job), inline: this runs once per rollout
         ResultLine,
         rollout_id=job.rollout_id,
@@ -267,8 +268,8 @@ def result_line(
         reward=reward,
         passed=passed(status, reward, pass_threshold),
         attempts=attempts,
-        workflow_ms=round_ms(timings["workflow_ms"]),
-        grader_ms=round_ms(timings["grader_ms"]),
+        workflow_ms=None if workflow_ms is None else round(workflow_ms, 3),  # round_ms, inline
+        grader_ms=None if grader_ms is None else round(grader_ms, 3),
         metrics=dict(sample.metrics) if sample is not None else {},
         messages=sample.messages if messages and sample is not None else None,
         label=row.label,

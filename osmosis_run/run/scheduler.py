@@ -915,9 +915,10 @@ class Scheduler:
             if done.exception() is None:
                 failed = set(done.result())
                 adopt(i for i in ids if i not in failed)
+                ready.ready = True  # its rollouts start without waiting (see _execute_job)
 
-        future.add_done_callback(made)
         ready = _DirBatch(future)
+        future.add_done_callback(made)
         for job in batch:
             job.dirs = ready
 
@@ -1025,7 +1026,7 @@ class Scheduler:
         An attempt the backend lost is run again without counting as a retry, at most
         ``LOST_LIMIT`` times in a row; then it is the rollout's failure.
         """
-        if job.dirs is not None:
+        if job.dirs is not None and not job.dirs.ready:  # usually made by now: no await
             await job.dirs.wait()
         request = self._request(job)
         self._running[job.rollout_id] = time.perf_counter()

@@ -14,7 +14,7 @@ import itertools
 import os
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -283,9 +283,9 @@ class LocalBackend(ExecutionBackend):
         Each ``<artifact_root>/<id>/artifacts`` must exist already (osmosis-run's writer
         process makes them in batches); the rollouts then start without a system call.
         """
-        root = self.artifact_root
-        for rollout_id in rollout_ids:  # one join: an id is a single path segment
-            self._ready[rollout_id] = root / f"{rollout_id}/{ARTIFACTS}"
+        root, ready = self.artifact_root, self._ready
+        for rollout_id in rollout_ids:
+            ready[rollout_id] = _child(_child(root, rollout_id), ARTIFACTS)
 
     def _workflow_artifacts_dir(self, rollout_id: str) -> Path | None:
         if rollout_id in self._ready:
@@ -332,6 +332,16 @@ class LocalBackend(ExecutionBackend):
             self._running -= 1
             if self._limiter is not None:
                 self._limiter.release()
+
+
+def _join(path: Path, name: str) -> Path:
+    return path / name
+
+
+# ``path / name`` parses ``name`` for separators; a rollout id is a single path segment (the
+# request validates it), so the child can be made without parsing: pathlib's own helper for
+# names it knows are segments (iterdir, glob), three times faster. A Python without it joins.
+_child: Callable[[Path, str], Path] = getattr(Path, "_make_child_relpath", _join)
 
 
 def _make_artifacts_dir(path: Path, *, likely_new: bool) -> None:
