@@ -3,12 +3,14 @@
 - ``osmosis-run CMD`` builds only CMD's click objects (``cli.app_for``): same help, same errors;
 - artifacts directories a writer process made are adopted without parsing their paths, and a
   rollout whose batch is made starts without waiting;
-- a selection that filters nothing keeps every row without testing each.
+- a selection that filters nothing keeps every row without testing each;
+- result.json's request and stage briefs are encoded without copies, and say the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -22,10 +24,19 @@ from typer.testing import CliRunner
 
 from osmosis_run import AgentWorkflow, AgentWorkflowConfig, AgentWorkflowContext
 from osmosis_run.cli import app, app_for
-from osmosis_run.run.dataset import iter_rows
+from osmosis_run.run.dataset import Row, iter_rows
+from osmosis_run.run.rollouts import Job, result_document, result_line
 from osmosis_run.run.selection import Selection, select
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.sdk.backend import LocalBackend
+from osmosis_run.sdk.types import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutSample,
+    RolloutStatus,
+)
 
 COMMANDS = sorted(info.name for info in app.registered_commands if info.name)
 
@@ -168,3 +179,45 @@ def test_a_selection_that_filters_nothing_keeps_every_row_in_order(tmp_path: Pat
 def test_a_filter_still_filters(tmp_path: Path, selection: Selection, kept: list[int]) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(6))
     assert [row.index for row in select(iter_rows(str(data)), selection)] == kept
+
+
+# -- result.json ----------------------------------------------------------------------------
+
+
+def _result_json(outcome: ExecutionOutcome) -> dict[str, Any]:
+    row = Row(3, 4, "q3", [{"role": "user", "content": "p3"}], label="p3", digest="ab")
+    job = Job(row, 0, "q3.s0", 7)
+    timings: dict[str, float | None] = {"workflow_ms": 1.25, "grader_ms": None}
+    line = result_line(job, outcome, timings, 1, pass_threshold=1.0)
+    request = ExecutionRequest(id="q3.s0", prompt=row.prompt or [], label="p3")
+    before = dict(request.__dict__)
+    doc: dict[str, Any] = json.loads(result_document(job, line, outcome, request, timings))
+    assert request.__dict__ == before
+    assert doc["request"] == before
+    return doc
+
+
+def _result(status: RolloutStatus, **fields: Any) -> ExecutionResult:
+    sample = RolloutSample(messages=[{"role": "assistant", "content": "p3"}], reward=1.0)
+    return ExecutionResult(status=status, sample=sample, **fields)
+
+
+def test_result_json_briefs_say_what_each_stage_gave() -> None:
+    ok = _result(RolloutStatus.SUCCESS)
+    doc = _result_json(ExecutionOutcome(workflow=ok, grader=ok))
+    brief = {"status": "success", "err_category": None, "err_message": None}
+    assert doc["workflow"] == doc["grader"] == brief
+    failed = _result(
+        RolloutStatus.FAILURE, err_message="boom", err_category=RolloutErrorCategory.AGENT_ERROR
+    )
+    doc = _result_json(ExecutionOutcome(workflow=ok, grader=failed))
+    assert doc["workflow"] == brief
+    assert doc["grader"] == {
+        "status": "failure",
+        "err_category": "agent_error",
+        "err_message": "boom",
+    }
+    odd = _result(RolloutStatus.SUCCESS, err_message="a note")  # success with a message: kept
+    doc = _result_json(ExecutionOutcome(workflow=odd, grader=None))
+    assert doc["workflow"] == {"status": "success", "err_category": None, "err_message": "a note"}
+    assert doc["grader"] is None

@@ -185,7 +185,7 @@ def result_document(
         "reward": line.reward,
         "attempts": line.attempts,
         "error": None,
-        "request": dict(request.__dict__) if request is not None else None,
+        "request": request.__dict__ if request is not None else None,  # encoded, not kept
         "timings": {**(timings or {}), "finished_at": line.finished_at},
     }
     if line.usage is not None:
@@ -226,7 +226,13 @@ def _sample(sample: RolloutSample) -> dict[str, Any]:
     return fields
 
 
+_SUCCEEDED = {"status": str(RolloutStatus.SUCCESS), "err_category": None, "err_message": None}
+
+
 def _brief(result: ExecutionResult) -> dict[str, Any]:
+    ok = result.status is RolloutStatus.SUCCESS
+    if ok and result.err_message is None and result.err_category is None:
+        return _SUCCEEDED  # the usual brief; only ever encoded, never changed
     return {
         "status": str(result.status),
         "err_category": str(result.err_category) if result.err_category else None,
