@@ -221,7 +221,11 @@ class LocalBackend(ExecutionBackend):
                     sample = await self._run_beside_osmosis_ai(ctx, config, rollout_ctx, request)
                 else:
                     output = coerce_output(await self.workflow_cls(config).run(ctx))
-                    sample = await _sample_from(output, rollout_ctx, request)
+                    sample = (  # a returned transcript needs no await (one coroutine fewer)
+                        _sample_of(output, request)
+                        if output is not None
+                        else await _sample_from(output, rollout_ctx, request)
+                    )
         except BaseException as exc:  # sys.exit(), a stray CancelledError: one rollout's failure
             _reraise_if_cancelled(exc)
             return _failure(exc, "workflow", request.id)
@@ -376,13 +380,18 @@ def _rollout_context(rollout_id: str) -> RolloutContext:
 async def _sample_from(
     output: AgentWorkflowOutput | None, rollout_ctx: RolloutContext, request: ExecutionRequest
 ) -> RolloutSample | None:
-    if output is None:
-        sample = await rollout_ctx.get_sample()
-        if sample is not None and not isinstance(sample, RolloutSample):
-            sample = _osmosis_ai.from_osmosis_ai(sample)  # an osmosis_ai SampleSource's sample
-        if sample is not None and sample.label is None:
-            sample.label = request.label
-        return sample
+    if output is not None:
+        return _sample_of(output, request)
+    sample = await rollout_ctx.get_sample()
+    if sample is not None and not isinstance(sample, RolloutSample):
+        sample = _osmosis_ai.from_osmosis_ai(sample)  # an osmosis_ai SampleSource's sample
+    if sample is not None and sample.label is None:
+        sample.label = request.label
+    return sample
+
+
+def _sample_of(output: AgentWorkflowOutput, request: ExecutionRequest) -> RolloutSample | None:
+    """The sample of what the workflow returned (no sample source to await)."""
     if output.messages is None:
         return None
     # The output was validated just now: build the sample without validating it a second time.
