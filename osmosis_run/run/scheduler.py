@@ -960,14 +960,20 @@ class Scheduler:
         dataset = self.settings.run.dataset
         assert dataset is not None
         source = _open_stream(dataset) if is_stream(dataset) else None
+        samples, seed, finished = (
+            range(self.settings.run.samples),
+            self.settings.run.seed,
+            self._finished,
+        )
         try:
             rows = iter_rows(dataset, source=source, on_wait=on_wait)
             for row in select(rows, self.selection):
-                for k in range(self.settings.run.samples):
-                    rid = rollout_id(row.part, k)
-                    recorded = self._finished.get(rid, _UNRECORDED)
+                part, key = row.part, row.key  # once per row, not per sample
+                for k in samples:
+                    rid = rollout_id(part, k)
+                    recorded = finished.get(rid, _UNRECORDED)
                     if recorded is _UNRECORDED:
-                        yield Job(row, k, rid, rollout_seed(self.settings.run.seed, row.key, k))
+                        yield Job(row, k, rid, rollout_seed(seed, key, k))
                     elif recorded is not None and recorded != row.digest:
                         raise DatasetError(_changed_row(dataset, row.line, rid))
         finally:
