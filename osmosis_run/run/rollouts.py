@@ -76,7 +76,11 @@ def timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> E
 
 def status_of(outcome: ExecutionOutcome) -> RolloutState:
     """The results-line status of an outcome."""
-    result = outcome.result
+    return _status(outcome, outcome.result)
+
+
+def _status(outcome: ExecutionOutcome, result: ExecutionResult) -> RolloutState:
+    """``status_of(outcome)``, given ``outcome.result`` (a property that computes)."""
     if result.status != RolloutStatus.SUCCESS:
         return "timeout" if result.err_category == RolloutErrorCategory.TIMEOUT else "failure"
     if outcome.grader is None:
@@ -257,7 +261,7 @@ def result_line(
     """The results line of a rollout that ran (``messages=False``: without its transcript)."""
     result = outcome.result
     sample = result.sample
-    status = status_of(outcome)
+    status = _status(outcome, result)
     reward = sample.reward if sample is not None and status == "success" else None
     row = job.row
     workflow_ms, grader_ms = timings["workflow_ms"], timings["grader_ms"]

@@ -847,12 +847,18 @@ class Scheduler:
                         self._make_dirs(batch)
                         batch = []
                 while len(ahead) > lookahead:
-                    await self._start(ahead.popleft(), window)
+                    job = ahead.popleft()
+                    if window is not None and job.row.error is None:
+                        await window.acquire()
+                    self._start(job, window)
             if self._halting:
                 return
         self._make_dirs(batch)
         while ahead and not self._halting:
-            await self._start(ahead.popleft(), window)
+            job = ahead.popleft()
+            if window is not None and job.row.error is None:
+                await window.acquire()
+            self._start(job, window)
 
     async def _next_jobs(self, feed: _Feed | _InlineFeed) -> list[Job] | None:
         """The next batch of jobs; None at the end, or when the dataset failed (the run stops)."""
@@ -862,13 +868,15 @@ class Scheduler:
             self._fail(exc)
             return None
 
-    async def _start(self, job: Job, window: asyncio.Semaphore | None) -> None:
+    def _start(self, job: Job, window: asyncio.Semaphore | None) -> None:
+        """Start a job's task (its slot of the window is taken); record an invalid row at once.
+
+        Not a coroutine: the caller awaits the window itself (a coroutine fewer per rollout).
+        """
         if job.row.error is not None:
             self._record(job, invalid_line(job), result=None, request=None)
             self._report_handed()
             return
-        if window is not None:
-            await window.acquire()
         task = asyncio.get_running_loop().create_task(
             self._run_job(job, window), name=job.rollout_id
         )
