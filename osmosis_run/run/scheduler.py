@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 LOOKAHEAD = 256
-DIR_BATCH = 32
+DIR_BATCH = 64
 TICK_S = 0.02
 # File-system work (making artifacts directories ahead, writing finished rollouts) goes to a
 # writer process (see writer.py) when a run has at least this many rollouts to do; below it,
