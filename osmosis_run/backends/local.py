@@ -89,7 +89,10 @@ class LocalExecutor:
             if backend.grading_applies(request, workflow):
                 if self.on_grading is not None:
                     self.on_grading(request.id)
-                grader = await grade_within(backend, request, workflow, deadlines)
+                if request.grader_timeout_sec is None:  # grade_within's hot case, inline
+                    grader = await backend.run_grader(request, workflow)
+                else:
+                    grader = await grade_within(backend, request, workflow, deadlines)
             done = time.perf_counter()
         return AttemptResult(
             construct(ExecutionOutcome, workflow=workflow, grader=grader),

@@ -64,20 +64,21 @@ class _Group(typer.core.TyperGroup):
             return super().invoke(ctx)
 
 
-app = typer.Typer(
-    name="osmosis-run",
-    cls=_Group,
-    help=(
+_APP_SETTINGS: dict[str, Any] = {
+    "name": "osmosis-run",
+    "cls": _Group,
+    "help": (
         "Run Osmosis agent workflows and reward graders over JSONL datasets, in-process, "
         "and keep graded results plus an artifact tree for every rollout."
     ),
-    epilog=EXIT_CODES_HELP,
-    no_args_is_help=True,
+    "epilog": EXIT_CODES_HELP,
+    "no_args_is_help": True,
     # Every command, and every command added later, answers -h as well as --help.
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_show_locals=False,
-    rich_markup_mode=None,
-)
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+    "pretty_exceptions_show_locals": False,
+    "rich_markup_mode": None,
+}
+app = typer.Typer(**_APP_SETTINGS)
 
 
 def _print_version(value: bool) -> None:
@@ -117,6 +118,26 @@ for _command in (_eval, _validate, _report, _compare, _init, _grade, _show, _ser
     _command.register(app)
 
 
+def app_for(args: list[str]) -> typer.Typer:
+    """The app that runs ``osmosis-run ARGS``: only the invoked command's, when one is named.
+
+    Typer builds the click objects of every registered command before it looks at the
+    arguments (eval's alone are some 80 M instructions of start-up); an app holding just the
+    named command and the root callback parses, helps and fails exactly as the whole app does
+    for that command. Anything else (no command, a root option first, an unknown name that
+    earns a "Did you mean") is the whole app's.
+    """
+    if not args or args[0].startswith("-"):
+        return app
+    for info in app.registered_commands:
+        if info.name == args[0]:
+            lean = typer.Typer(**_APP_SETTINGS)
+            lean.registered_callback = app.registered_callback
+            lean.registered_commands = [info]
+            return lean
+    return app
+
+
 def main() -> None:
     """Entry point of the ``osmosis-run`` console script."""
-    app()
+    app_for(sys.argv[1:])()

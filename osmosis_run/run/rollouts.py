@@ -76,7 +76,11 @@ def timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> E
 
 def status_of(outcome: ExecutionOutcome) -> RolloutState:
     """The results-line status of an outcome."""
-    result = outcome.result
+    return _status(outcome, outcome.result)
+
+
+def _status(outcome: ExecutionOutcome, result: ExecutionResult) -> RolloutState:
+    """``status_of(outcome)``, given ``outcome.result`` (a property that computes)."""
     if result.status != RolloutStatus.SUCCESS:
         return "timeout" if result.err_category == RolloutErrorCategory.TIMEOUT else "failure"
     if outcome.grader is None:
@@ -185,7 +189,7 @@ def result_document(
         "reward": line.reward,
         "attempts": line.attempts,
         "error": None,
-        "request": dict(request.__dict__) if request is not None else None,
+        "request": request.__dict__ if request is not None else None,  # encoded, not kept
         "timings": {**(timings or {}), "finished_at": line.finished_at},
     }
     if line.usage is not None:
@@ -226,7 +230,13 @@ def _sample(sample: RolloutSample) -> dict[str, Any]:
     return fields
 
 
+_SUCCEEDED = {"status": str(RolloutStatus.SUCCESS), "err_category": None, "err_message": None}
+
+
 def _brief(result: ExecutionResult) -> dict[str, Any]:
+    ok = result.status is RolloutStatus.SUCCESS
+    if ok and result.err_message is None and result.err_category is None:
+        return _SUCCEEDED  # the usual brief; only ever encoded, never changed
     return {
         "status": str(result.status),
         "err_category": str(result.err_category) if result.err_category else None,
@@ -251,9 +261,10 @@ def result_line(
     """The results line of a rollout that ran (``messages=False``: without its transcript)."""
     result = outcome.result
     sample = result.sample
-    status = status_of(outcome)
+    status = _status(outcome, result)
     reward = sample.reward if sample is not None and status == "success" else None
     row = job.row
+    workflow_ms, grader_ms = timings["workflow_ms"], timings["grader_ms"]
     return construct(  # the fields of row_fields(job), inline: this runs once per rollout
         ResultLine,
         rollout_id=job.rollout_id,
@@ -267,8 +278,8 @@ def result_line(
         reward=reward,
         passed=passed(status, reward, pass_threshold),
         attempts=attempts,
-        workflow_ms=round_ms(timings["workflow_ms"]),
-        grader_ms=round_ms(timings["grader_ms"]),
+        workflow_ms=None if workflow_ms is None else round(workflow_ms, 3),  # round_ms, inline
+        grader_ms=None if grader_ms is None else round(grader_ms, 3),
         metrics=dict(sample.metrics) if sample is not None else {},
         messages=sample.messages if messages and sample is not None else None,
         label=row.label,

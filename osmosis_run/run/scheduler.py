@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 LOOKAHEAD = 256
-DIR_BATCH = 32
+DIR_BATCH = 64
 TICK_S = 0.02
 # File-system work (making artifacts directories ahead, writing finished rollouts) goes to a
 # writer process (see writer.py) when a run has at least this many rollouts to do; below it,
@@ -847,12 +847,18 @@ class Scheduler:
                         self._make_dirs(batch)
                         batch = []
                 while len(ahead) > lookahead:
-                    await self._start(ahead.popleft(), window)
+                    job = ahead.popleft()
+                    if window is not None and job.row.error is None:
+                        await window.acquire()
+                    self._start(job, window)
             if self._halting:
                 return
         self._make_dirs(batch)
         while ahead and not self._halting:
-            await self._start(ahead.popleft(), window)
+            job = ahead.popleft()
+            if window is not None and job.row.error is None:
+                await window.acquire()
+            self._start(job, window)
 
     async def _next_jobs(self, feed: _Feed | _InlineFeed) -> list[Job] | None:
         """The next batch of jobs; None at the end, or when the dataset failed (the run stops)."""
@@ -862,13 +868,15 @@ class Scheduler:
             self._fail(exc)
             return None
 
-    async def _start(self, job: Job, window: asyncio.Semaphore | None) -> None:
+    def _start(self, job: Job, window: asyncio.Semaphore | None) -> None:
+        """Start a job's task (its slot of the window is taken); record an invalid row at once.
+
+        Not a coroutine: the caller awaits the window itself (a coroutine fewer per rollout).
+        """
         if job.row.error is not None:
             self._record(job, invalid_line(job), result=None, request=None)
             self._report_handed()
             return
-        if window is not None:
-            await window.acquire()
         task = asyncio.get_running_loop().create_task(
             self._run_job(job, window), name=job.rollout_id
         )
@@ -915,9 +923,10 @@ class Scheduler:
             if done.exception() is None:
                 failed = set(done.result())
                 adopt(i for i in ids if i not in failed)
+                ready.ready = True  # its rollouts start without waiting (see _execute_job)
 
-        future.add_done_callback(made)
         ready = _DirBatch(future)
+        future.add_done_callback(made)
         for job in batch:
             job.dirs = ready
 
@@ -959,14 +968,20 @@ class Scheduler:
         dataset = self.settings.run.dataset
         assert dataset is not None
         source = _open_stream(dataset) if is_stream(dataset) else None
+        samples, seed, finished = (
+            range(self.settings.run.samples),
+            self.settings.run.seed,
+            self._finished,
+        )
         try:
             rows = iter_rows(dataset, source=source, on_wait=on_wait)
             for row in select(rows, self.selection):
-                for k in range(self.settings.run.samples):
-                    rid = rollout_id(row.part, k)
-                    recorded = self._finished.get(rid, _UNRECORDED)
+                part, key = row.part, row.key  # once per row, not per sample
+                for k in samples:
+                    rid = rollout_id(part, k)
+                    recorded = finished.get(rid, _UNRECORDED)
                     if recorded is _UNRECORDED:
-                        yield Job(row, k, rid, rollout_seed(self.settings.run.seed, row.key, k))
+                        yield Job(row, k, rid, rollout_seed(seed, key, k))
                     elif recorded is not None and recorded != row.digest:
                         raise DatasetError(_changed_row(dataset, row.line, rid))
         finally:
@@ -1025,7 +1040,7 @@ class Scheduler:
         An attempt the backend lost is run again without counting as a retry, at most
         ``LOST_LIMIT`` times in a row; then it is the rollout's failure.
         """
-        if job.dirs is not None:
+        if job.dirs is not None and not job.dirs.ready:  # usually made by now: no await
             await job.dirs.wait()
         request = self._request(job)
         self._running[job.rollout_id] = time.perf_counter()

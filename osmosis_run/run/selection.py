@@ -91,7 +91,14 @@ def parse_shard(spec: str) -> tuple[int, int]:
 
 def select(rows: Iterable[Row], selection: Selection) -> Iterator[Row]:
     """Yield the selected rows, in source order or, with ``shuffle``, in seeded order."""
-    chosen: Iterator[Row] = (row for row in rows if _keeps(row, selection))
+    filtered = (
+        selection.offset
+        or selection.rows is not None
+        or selection.ids is not None
+        or selection.shard is not None
+    )
+    # Every row is kept without a filter: no test per row (this runs once per dataset row).
+    chosen = (row for row in rows if _keeps(row, selection)) if filtered else iter(rows)
     if selection.shuffle:
         chosen = _shuffled(chosen, selection)
     elif selection.limit is not None:
