@@ -140,6 +140,18 @@ def ray_eval(
     )
 
 
+def start_ray_eval(cwd: Path, cluster: Cluster, *args: str) -> subprocess.Popen[str]:
+    """Start ``osmosis-run eval ARGS --backend ray --ray-address ADDRESS`` from ``cwd`` (pipes)."""
+    return subprocess.Popen(
+        [*args, "--backend", "ray", "--ray-address", cluster.address],
+        cwd=cwd,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def rows(n: int, **meta: Any) -> list[dict[str, Any]]:
     return [{"id": f"r{i}", "prompt": f"p{i}", "ground_truth": f"p{i}", **meta} for i in range(n)]
 
@@ -210,14 +222,7 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(
     dataset = write_jsonl(workdir / "d.jsonl", rows(40, metadata={"sleep": 0.2}))
     out = workdir / "run"
     args = eval_args(dataset, out, "--concurrency", "4", "--ray-actors", "2")
-    child = subprocess.Popen(
-        [*args, "--backend", "ray", "--ray-address", cluster.address],
-        cwd=workdir,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = start_ray_eval(workdir, cluster, *args)
     try:
         wait_for(
             lambda: (
@@ -296,14 +301,7 @@ def test_an_actor_killed_mid_run_loses_no_rollout_and_records_each_once(
     out, log = workdir / "run", workdir / "where.log"
     dataset = write_jsonl(workdir / "d.jsonl", rows(60, metadata={"sleep": 0.1, "log": str(log)}))
     args = eval_args(dataset, out, "--concurrency", "8", "--ray-actors", "2")
-    child = subprocess.Popen(
-        [*args, "--backend", "ray", "--ray-address", cluster.address],
-        cwd=workdir,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = start_ray_eval(workdir, cluster, *args)
     try:
         wait_for(lambda: len(log_lines(log)) >= 10, timeout=60, what="rollouts on the actors")
         victim = int(log_lines(log)[-1][1])
@@ -339,14 +337,7 @@ def test_a_slow_rollout_does_not_hold_back_the_results_of_its_batch_mates(
     data[0]["metadata"] = {"wait_for": str(release)}
     dataset = write_jsonl(workdir / "d.jsonl", data)
     args = eval_args(dataset, out, "--concurrency", "6", "--ray-actors", "1")
-    child = subprocess.Popen(
-        [*args, "--backend", "ray", "--ray-address", cluster.address],
-        cwd=workdir,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = start_ray_eval(workdir, cluster, *args)
     try:
         wait_for(lambda: len(results_so_far(out)) >= 5, timeout=60, what="five results lines")
         assert sorted(results_so_far(out)) == [f"r{i}.s0" for i in range(1, 6)]
@@ -372,14 +363,7 @@ def test_an_actor_lost_with_part_of_its_batch_answered_runs_only_the_rest_again(
     data[0]["metadata"] = {"log": str(log), "wait_for": str(release)}
     dataset = write_jsonl(workdir / "d.jsonl", data)
     args = eval_args(dataset, out, "--concurrency", "6", "--ray-actors", "1")
-    child = subprocess.Popen(
-        [*args, "--backend", "ray", "--ray-address", cluster.address],
-        cwd=workdir,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    child = start_ray_eval(workdir, cluster, *args)
     try:
         wait_for(lambda: len(results_so_far(out)) >= 5, timeout=60, what="five results lines")
         (victim,) = {int(pid) for rid, pid, _ in log_lines(log) if rid == "r0.s0"}
@@ -430,14 +414,7 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
         dataset = write_jsonl(workdir / "d.jsonl", rows(160, metadata=meta))
         # Six actors spread over three nodes: at least one on the node that is killed.
         args = eval_args(dataset, out, "--concurrency", "12", "--ray-actors", "6")
-        child = subprocess.Popen(
-            [*args, "--backend", "ray", "--ray-address", cluster.address],
-            cwd=workdir,
-            env=subprocess_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        child = start_ray_eval(workdir, cluster, *args)
         try:
             wait_for(
                 lambda: sum(n == node.node_id for *_, n in log_lines(log)) >= 3,
