@@ -299,7 +299,7 @@ def eval_command(
             "--ray-batch",
             metavar="B|auto",
             help="Rollouts per actor call. auto (default): each call carries what is waiting "
-            "for its actor, up to 64; B: at most B. Results stream back as each rollout "
+            "for its actor, up to 16; B: at most B. Results stream back as each rollout "
             "finishes.",
             panel=_RAY,
         ),
