@@ -15,6 +15,7 @@ Each eval runs as a child process (``python -m osmosis_run``), as a user runs it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -140,9 +141,11 @@ def ray_eval(
     )
 
 
-def start_ray_eval(cwd: Path, cluster: Cluster, *args: str) -> subprocess.Popen[str]:
-    """Start ``osmosis-run eval ARGS --backend ray --ray-address ADDRESS`` from ``cwd`` (pipes)."""
-    return subprocess.Popen(
+@contextlib.contextmanager
+def ray_eval_child(cwd: Path, cluster: Cluster, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``osmosis-run eval ARGS --backend ray --ray-address ADDRESS`` from ``cwd`` (pipes),
+    killed on the way out if it is still running."""
+    child = subprocess.Popen(
         [*args, "--backend", "ray", "--ray-address", cluster.address],
         cwd=cwd,
         env=subprocess_env(),
@@ -150,6 +153,12 @@ def start_ray_eval(cwd: Path, cluster: Cluster, *args: str) -> subprocess.Popen[
         stderr=subprocess.PIPE,
         text=True,
     )
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def rows(n: int, **meta: Any) -> list[dict[str, Any]]:
@@ -222,8 +231,7 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(
     dataset = write_jsonl(workdir / "d.jsonl", rows(40, metadata={"sleep": 0.2}))
     out = workdir / "run"
     args = eval_args(dataset, out, "--concurrency", "4", "--ray-actors", "2")
-    child = start_ray_eval(workdir, cluster, *args)
-    try:
+    with ray_eval_child(workdir, cluster, *args) as child:
         wait_for(
             lambda: (
                 (out / "results.jsonl").exists()
@@ -234,10 +242,6 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(
         )
         child.send_signal(signal.SIGINT)
         _, stderr = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 130, stderr
     before = without_timings(out)
     assert 4 <= len(before) < 40
@@ -301,16 +305,11 @@ def test_an_actor_killed_mid_run_loses_no_rollout_and_records_each_once(
     out, log = workdir / "run", workdir / "where.log"
     dataset = write_jsonl(workdir / "d.jsonl", rows(60, metadata={"sleep": 0.1, "log": str(log)}))
     args = eval_args(dataset, out, "--concurrency", "8", "--ray-actors", "2")
-    child = start_ray_eval(workdir, cluster, *args)
-    try:
+    with ray_eval_child(workdir, cluster, *args) as child:
         wait_for(lambda: len(log_lines(log)) >= 10, timeout=60, what="rollouts on the actors")
         victim = int(log_lines(log)[-1][1])
         os.kill(victim, signal.SIGKILL)  # an actor's worker process, started by our cluster
         _, stderr = child.communicate(timeout=90)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 0, stderr
     assert recorded_once(out, 60) == ["ungraded"] * 60
     on_victim = {rid for rid, pid, _ in log_lines(log) if pid == str(victim)}
@@ -337,16 +336,11 @@ def test_a_slow_rollout_does_not_hold_back_the_results_of_its_batch_mates(
     data[0]["metadata"] = {"wait_for": str(release)}
     dataset = write_jsonl(workdir / "d.jsonl", data)
     args = eval_args(dataset, out, "--concurrency", "6", "--ray-actors", "1")
-    child = start_ray_eval(workdir, cluster, *args)
-    try:
+    with ray_eval_child(workdir, cluster, *args) as child:
         wait_for(lambda: len(results_so_far(out)) >= 5, timeout=60, what="five results lines")
         assert sorted(results_so_far(out)) == [f"r{i}.s0" for i in range(1, 6)]
         release.touch()
         _, stderr = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 0, stderr
     assert recorded_once(out, 6) == ["ungraded"] * 6
     assert results_so_far(out)[-1] == "r0.s0"
@@ -363,17 +357,12 @@ def test_an_actor_lost_with_part_of_its_batch_answered_runs_only_the_rest_again(
     data[0]["metadata"] = {"log": str(log), "wait_for": str(release)}
     dataset = write_jsonl(workdir / "d.jsonl", data)
     args = eval_args(dataset, out, "--concurrency", "6", "--ray-actors", "1")
-    child = start_ray_eval(workdir, cluster, *args)
-    try:
+    with ray_eval_child(workdir, cluster, *args) as child:
         wait_for(lambda: len(results_so_far(out)) >= 5, timeout=60, what="five results lines")
         (victim,) = {int(pid) for rid, pid, _ in log_lines(log) if rid == "r0.s0"}
         os.kill(victim, signal.SIGKILL)
         release.touch()  # for r0's second run, on the replacement actor
         _, stderr = child.communicate(timeout=90)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 0, stderr
     assert recorded_once(out, 6) == ["ungraded"] * 6
     runs: dict[str, list[str]] = {}
@@ -414,8 +403,7 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
         dataset = write_jsonl(workdir / "d.jsonl", rows(160, metadata=meta))
         # Six actors spread over three nodes: at least one on the node that is killed.
         args = eval_args(dataset, out, "--concurrency", "12", "--ray-actors", "6")
-        child = start_ray_eval(workdir, cluster, *args)
-        try:
+        with ray_eval_child(workdir, cluster, *args) as child:
             wait_for(
                 lambda: sum(n == node.node_id for *_, n in log_lines(log)) >= 3,
                 timeout=60,
@@ -423,10 +411,6 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
             )
             node.kill_raylet()  # SIGKILL, by the handle of the node we started
             _, stderr = child.communicate(timeout=90)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
         assert child.returncode == 0, stderr
         assert recorded_once(out, 160) == ["ungraded"] * 160
         # What its actor held in flight may have replied (a worker outlives its raylet for a
