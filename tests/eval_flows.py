@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,28 @@ class Blocking(AgentWorkflow[AgentWorkflowConfig]):
         import time
 
         time.sleep(3600)  # noqa: ASYNC251
+
+
+class InThread(AgentWorkflow[AgentWorkflowConfig]):
+    """Call a blocking client the advised way, in asyncio.to_thread, and have it never answer."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> None:
+        import time
+
+        await asyncio.to_thread(time.sleep, 3600)
+
+
+# Every rollout of a run of ``AT_ONCE`` waits in its own thread until all of them are waiting.
+AT_ONCE = 40
+_together = threading.Barrier(AT_ONCE, timeout=20)
+
+
+class Together(AgentWorkflow[AgentWorkflowConfig]):
+    """Meet the other ``AT_ONCE`` rollouts at a barrier, each in asyncio.to_thread, then echo."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        await asyncio.to_thread(_together.wait)
+        return [*ctx.prompt, {"role": "assistant", "content": _last_user(ctx)}]
 
 
 class FailingMarker(Marker):

@@ -89,3 +89,12 @@ class Sleeper(AgentWorkflow[AgentWorkflowConfig]):
 
 
 TWO_AT_ONCE = AgentWorkflowConfig(name="two", concurrency=ConcurrencyConfig(max_concurrent=2))
+
+
+class InThread(AgentWorkflow[AgentWorkflowConfig]):
+    """Call a blocking client in asyncio.to_thread, and have it never answer."""
+
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> Any:
+        import time
+
+        await asyncio.to_thread(time.sleep, 3600)

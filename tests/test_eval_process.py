@@ -245,3 +245,97 @@ def test_a_second_interrupt_exits_even_when_a_workflow_blocks_the_loop(tmp_path:
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=5)
     assert proc.returncode == 130
+
+
+# A blocking call in asyncio.to_thread cannot be interrupted: its rollout is recorded, and the
+# call is left to its thread rather than holding the run.
+THREADS_LEFT = (
+    "osmosis-run: 3 blocking calls were still running in worker threads (asyncio.to_thread) "
+    "after their rollouts were cancelled; not waiting for them"
+)
+
+
+def test_a_timed_out_call_in_a_thread_does_not_hold_the_finished_run(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(3))
+    args = [str(data), "-w", "eval_flows:InThread", "--out", "run", "--agent-timeout", "0.5",
+            "--max-error-rate", "100%"]  # fmt: skip
+    proc = start(args, tmp_path)
+    _, stderr = proc.communicate(timeout=30)  # the calls sleep an hour
+    assert proc.returncode == 0, stderr
+    assert THREADS_LEFT in stderr.splitlines()
+    lines = results(tmp_path / "run")
+    assert [(r.status, r.error_message) for r in lines] == [
+        ("timeout", "workflow exceeded its 0.5s deadline")
+    ] * 3
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_ctrl_c_ends_a_run_whose_workflows_wait_on_threads(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(3))
+    proc = start([str(data), "-w", "eval_flows:InThread", "--out", "run"], tmp_path)
+    time.sleep(1.0)  # started, and each rollout waiting on its thread
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=15)
+    assert proc.returncode == 130, stderr
+    assert THREADS_LEFT in stderr.splitlines()
+    assert "osmosis-run: interrupted; resume with: " in stderr
+    assert results(tmp_path / "run") == []
+
+
+def test_a_signal_once_the_rollouts_ended_exits_at_once_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    # The step summary is a FIFO nobody reads: appending to it blocks the end of the run, after
+    # the rollouts are recorded and the summary printed.
+    fifo = tmp_path / "summary.fifo"
+    os.mkfifo(fifo)
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
+    args = [str(data), "-w", "eval_flows:Echo", "--out", "run", "--max-error-rate", "1"]
+    proc = start(args, tmp_path, GITHUB_STEP_SUMMARY=str(fifo))
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # up to the summary: the run is in its last step, or about to be
+        seen.append(line)
+        if line.startswith("pass rate"):
+            break
+    time.sleep(0.3)
+    assert proc.poll() is None, "".join(seen)
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=5)
+    assert proc.returncode == 130, rest
+    assert rest.splitlines()[-1] == (
+        "osmosis-run: interrupted after the rollouts ended; what they recorded is kept in run"
+    )
+    assert "Traceback" not in rest
+    assert len(results(tmp_path / "run")) == 2
+
+
+def test_a_run_makes_as_many_calls_in_threads_at_once_as_its_concurrency(tmp_path: Path) -> None:
+    # Together's rollouts meet at a barrier of 40, each in asyncio.to_thread: asyncio's own
+    # executor (at most 32 threads) would break the barrier; one thread per slot does not.
+    from eval_flows import AT_ONCE
+
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(AT_ONCE))
+    args = [str(data), "-w", "eval_flows:Together", "--out", "run", "-c", str(AT_ONCE),
+            "--max-error-rate", "1"]  # fmt: skip
+    proc = start(args, tmp_path)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert {r.status for r in results(tmp_path / "run")} == {"ungraded"}
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.01, 0.03, 0.1, 0.3])
+def test_a_second_interrupt_at_any_moment_of_the_stop_exits_130(tmp_path: Path, gap: float) -> None:
+    # The rollouts end at once when cancelled: within a few milliseconds of the first Ctrl-C
+    # the run has ended, printed its summary and is exiting; the second must still mean 130.
+    data = write_jsonl(tmp_path / "d.jsonl", qa_rows(4, metadata={"sleep": 600}))
+    proc = start([str(data), "-w", "eval_flows:Sleepy", "--out", "run"], tmp_path)
+    assert proc.stderr is not None
+    assert proc.stderr.readline() == "osmosis-run: 4 rollouts -> run\n"
+    time.sleep(0.3)  # the rollouts are sleeping
+    proc.send_signal(signal.SIGINT)
+    time.sleep(gap)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr

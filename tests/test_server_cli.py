@@ -128,6 +128,26 @@ def test_sigterm_drains_rollouts_in_flight_then_exits_0(
         httpx.get(f"{process.url}/health")
 
 
+@pytest.mark.slow
+def test_a_call_left_in_a_thread_does_not_hold_the_stopped_server(
+    serve: Callable[..., Process], tmp_path: Path
+) -> None:
+    out = tmp_path / "left"
+    process = serve("-w", "server_flows:InThread", "--out", str(out))
+    with httpx.Client(base_url=process.url) as client:
+        assert client.post("/rollout", json={**INIT, "rollout_id": "stuck"}).status_code == 202
+        time.sleep(0.2)
+    code, err = process.stop(signal.SIGTERM)  # drains 10 s, then cancels; the thread sleeps on
+    assert code == 0, err
+    assert err.splitlines()[1:] == [
+        "osmosis-run serve: 1 blocking call(s) still running in worker threads "
+        "(asyncio.to_thread); not waiting for them",
+        f"osmosis-run serve: stopped; 1 rollout(s) recorded in {out}",
+    ]
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert [(x["rollout_id"], x["status"]) for x in lines] == [("stuck", "failure")]
+
+
 def test_serve_needs_the_bearer_key_from_the_environment(
     serve: Callable[..., Process], tmp_path: Path
 ) -> None:

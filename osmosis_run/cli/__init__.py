@@ -6,8 +6,11 @@ fast.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -15,7 +18,7 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
-from osmosis_run.cli.exit_codes import EXIT_CODES_HELP, USAGE
+from osmosis_run.cli.exit_codes import EXIT_CODES_HELP, INTERRUPTED, USAGE
 
 
 def _click_exceptions() -> Any:
@@ -139,5 +142,28 @@ def app_for(args: list[str]) -> typer.Typer:
 
 
 def main() -> None:
-    """Entry point of the ``osmosis-run`` console script."""
-    app_for(sys.argv[1:])()
+    """Entry point of the ``osmosis-run`` console script.
+
+    Once the command has ended, a Ctrl-C or SIGTERM can no longer turn its exit code into a
+    KeyboardInterrupt's (or a death by the signal): while Python's exit waits for threads and
+    ``atexit`` functions of the user's code, it ends the process at once with 130; in the
+    interpreter's last steps, where Python would restore the default handlers, it is ignored.
+    """
+    atexit.register(_ignore_stop_signals)  # registered before any user code's: run after them
+    try:
+        app_for(sys.argv[1:])()
+    finally:
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, _exit_interrupted)
+
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _exit_interrupted(_signum: int, _frame: object) -> None:
+    os._exit(INTERRUPTED)
+
+
+def _ignore_stop_signals() -> None:
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
@@ -32,6 +33,7 @@ _EXIT_OF_ENDING = {
     "gate_failed": exit_codes.GATE_FAILED,
     "error_budget": exit_codes.ERROR_BUDGET,
 }
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _opt(*names: str, help: str, panel: str = _RUN, **kw: Any) -> Any:  # noqa: A002
@@ -394,24 +396,42 @@ def _run_opened(settings: EvalSettings, runner: Scheduler, reporter: Any) -> int
     from osmosis_run.cli import render
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
     from osmosis_run.run.scheduler import run_to_completion
+    from osmosis_run.run.threads import WorkerThreads, default_size
 
     failure: InfrastructureError | None = None
     unready: OsmosisRunError | None = None
-    try:
-        with _fewer_collections():
-            outcome = run_to_completion(_run_with_signals(runner, reporter))
-    except* InfrastructureError as group:  # even nested in a group, never show the group
-        failure = _first(group)
-    except* OsmosisRunError as group:  # the executor could not get ready: nothing ran
-        unready = group.exceptions[0]  # type: ignore[assignment]
-    if unready is not None:
-        render.print_error(unready)
-        return exit_codes.USAGE
-    if failure is not None:
-        render.print_error(failure)
-        render.print_resume_hint(runner.store.dir, failed=True)
-        return exit_codes.INFRASTRUCTURE
-    return _finish(settings, outcome)
+    with _Interrupts(runner.store.dir) as interrupts:
+        threads = WorkerThreads(default_size(runner.plan.concurrency))
+        try:
+            with _fewer_collections():
+                outcome = run_to_completion(interrupts.run(runner, reporter), threads)
+        except* InfrastructureError as group:  # even nested in a group, never show the group
+            failure = _first(group)
+        except* OsmosisRunError as group:  # the executor could not get ready: nothing ran
+            unready = group.exceptions[0]  # type: ignore[assignment]
+        _say_if_threads_left(threads.running)
+        if unready is not None:
+            render.print_error(unready)
+            return exit_codes.USAGE
+        if failure is not None:
+            render.print_error(failure)
+            render.print_resume_hint(runner.store.dir, failed=True)
+            return exit_codes.INFRASTRUCTURE
+        return _finish(settings, outcome)
+
+
+def _say_if_threads_left(running: int) -> None:
+    """Name the blocking calls (``asyncio.to_thread``) the run ended without waiting for."""
+    if not running:
+        return
+    from osmosis_run.cli import render
+
+    calls = "1 blocking call was" if running == 1 else f"{running} blocking calls were"
+    render.err.print(
+        f"osmosis-run: {calls} still running in worker threads (asyncio.to_thread) after "
+        "their rollouts were cancelled; not waiting for them",
+        markup=False,
+    )
 
 
 def _first(error: BaseException) -> InfrastructureError:
@@ -526,33 +546,60 @@ def _fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-async def _run_with_signals(runner: Scheduler, reporter: Any) -> RunOutcome:
-    """Run, turning the first Ctrl-C or SIGTERM into a clean stop and the second into an exit.
+class _Interrupts:
+    """Ctrl-C and SIGTERM from the moment a run is open until its command has finished.
 
-    Plain ``signal`` handlers rather than the loop's: they run even while a workflow's blocking
-    code holds the event loop, so the second Ctrl-C always ends the process at once.
+    While the rollouts run, the first signal stops the run cleanly (what finished is kept, and
+    the run resumes) and the second exits 130 at once. Once the rollouts have ended, with only
+    the summary, the gates and the reports left, a signal exits 130 at once: what the run
+    recorded is on disk by then. Plain ``signal`` handlers rather than the loop's: they run even
+    while a workflow's blocking code holds the event loop, so the second Ctrl-C always ends the
+    process.
     """
-    loop = asyncio.get_running_loop()
-    stops = 0
 
-    def first_stop() -> None:
-        reporter.stopping()
-        runner.stop()
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = run_dir
+        self._signals = 0
+        self._stop: Callable[[], object] | None = None
+        self._previous: dict[int, Any] = {}
 
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stops
-        stops += 1
-        if stops > 1:
-            os._exit(exit_codes.INTERRUPTED)
-        loop.call_soon_threadsafe(first_stop)
+    def __enter__(self) -> _Interrupts:
+        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOP_SIGNALS}
+        return self
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return await runner.run()
-    finally:
-        for sig, handler in previous.items():
+    def __exit__(self, *exc_info: object) -> None:
+        for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-        reporter.close()
+
+    async def run(self, runner: Scheduler, reporter: Any) -> RunOutcome:
+        """``runner.run()``, with the first signal meanwhile stopping it."""
+        loop = asyncio.get_running_loop()
+
+        def first_stop() -> None:
+            reporter.stopping()
+            runner.stop()
+
+        self._stop = functools.partial(loop.call_soon_threadsafe, first_stop)
+        try:
+            return await runner.run()
+        finally:
+            self._stop = None
+            reporter.close()
+
+    def _on_signal(self, _signum: int, _frame: object) -> None:
+        self._signals += 1
+        stop = self._stop
+        if stop is not None and self._signals == 1:
+            stop()
+            return
+        if self._signals == 1:  # the rollouts had ended: say so, as the line is all there is
+            with contextlib.suppress(OSError):
+                os.write(
+                    2,
+                    f"osmosis-run: interrupted after the rollouts ended; what they recorded "
+                    f"is kept in {self._run_dir}\n".encode(),
+                )
+        os._exit(exit_codes.INTERRUPTED)
 
 
 def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:

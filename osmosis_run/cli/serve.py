@@ -235,6 +235,8 @@ def _serve(app: Any, listener: socket.socket) -> int:
         def install_signal_handlers(self) -> None:
             pass
 
+    from osmosis_run.run.scheduler import run_to_completion
+    from osmosis_run.run.threads import WorkerThreads, default_size
     from osmosis_run.server.http1 import HttpProtocol
 
     config = uvicorn.Config(
@@ -280,7 +282,16 @@ def _serve(app: Any, listener: socket.socket) -> int:
     # rollout allocates a few dozen short-lived objects, nearly all freed by reference counting.
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
-    asyncio.run(main())
+    # Not asyncio.run: it would wait at the end for every blocking call a cancelled rollout left
+    # in asyncio.to_thread (run/threads.py).
+    threads = WorkerThreads(default_size(service.concurrency))
+    run_to_completion(main(), threads)
+    if threads.running:
+        render.err.print(
+            f"osmosis-run serve: {threads.running} blocking call(s) still running in worker "
+            "threads (asyncio.to_thread); not waiting for them",
+            markup=False,
+        )
     if not server.started:
         return exit_codes.USAGE
     summary = service.summary()

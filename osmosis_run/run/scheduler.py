@@ -73,6 +73,7 @@ from osmosis_run.run.seam import (
 )
 from osmosis_run.run.selection import select
 from osmosis_run.run.settings import settings_to_toml
+from osmosis_run.run.threads import WorkerThreads, default_size
 from osmosis_run.sdk.backend import ARTIFACTS
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import (
@@ -131,14 +132,21 @@ CLOSE_GRACE_S = 0.5
 T = TypeVar("T")
 
 
-def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
+def run_to_completion(main: Coroutine[Any, Any, T], threads: WorkerThreads | None = None) -> T:
     """``asyncio.run(main)``, except that user code left running is not waited for at the end.
 
     ``asyncio.run`` cancels every task still running when ``main`` returns and waits for all
-    of them; a rollout that swallows its cancellation (and was abandoned) would make it wait
-    forever. Here such tasks get ``CLOSE_GRACE_S`` and are then dropped with the loop.
+    of them, and then for every call in its default executor; a rollout that swallows its
+    cancellation (and was abandoned), or whose blocking call goes on in ``asyncio.to_thread``
+    after its timeout or a stop, would make it wait as long as they run. Here such tasks get
+    ``CLOSE_GRACE_S`` and are then dropped with the loop, and the default executor is ``threads``
+    (``run/threads.py``: daemon threads, waited for ``CLOSE_GRACE_S`` at most; afterwards its
+    ``running`` says how many calls were left).
     """
     loop = asyncio.new_event_loop()
+    if threads is None:
+        threads = WorkerThreads(default_size(None))
+    loop.set_default_executor(threads)
     try:
         asyncio.set_event_loop(loop)
         return loop.run_until_complete(main)
@@ -155,7 +163,7 @@ def run_to_completion(main: Coroutine[Any, Any, T]) -> T:
                 for task in left:
                     _close_now(task)
             loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
+            threads.settle(CLOSE_GRACE_S)
         finally:
             asyncio.set_event_loop(None)
             loop.close()
