@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import os
 import signal
@@ -149,7 +150,7 @@ def main() -> None:
     ``atexit`` functions of the user's code, it ends the process at once with 130; in the
     interpreter's last steps, where Python would restore the default handlers, it is ignored.
     """
-    atexit.register(_ignore_stop_signals)  # registered before any user code's: run after them
+    atexit.register(_last_steps)  # registered before any user code's: run after them
     try:
         app_for(sys.argv[1:])()
     finally:
@@ -164,6 +165,14 @@ def _exit_interrupted(_signum: int, _frame: object) -> None:
     os._exit(INTERRUPTED)
 
 
-def _ignore_stop_signals() -> None:
+def _last_steps() -> None:
+    """The last ``atexit`` function: what is left is the interpreter's own teardown.
+
+    Signals are ignored from here (see ``main``). And every object still alive is frozen out of
+    the garbage collector: the teardown's final collections would otherwise walk them all for
+    cycles worth nothing now (some 30 ms after a 20,000-rollout run, two thirds of the
+    teardown). Python does not promise finalizers of objects alive at exit in any case.
+    """
     for sig in _STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    gc.freeze()
