@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shlex
 import sys
 import threading
@@ -18,14 +19,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from osmosis_run.results import outcome
 from osmosis_run.results.words import plural
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     from osmosis_run.results.gates import Verdict
     from osmosis_run.results.records import ResultLine, Summary
     from osmosis_run.run.scheduler import RunOutcome
@@ -106,8 +107,121 @@ def _same_file(a: int, b: int) -> bool:
         return False
 
 
+class Styled:
+    """Text with styles, built without rich; rich renders it as a ``Text`` (``__rich__``).
+
+    ``style`` is the whole text's base style, as ``Text(text, style=...)`` has it; each
+    appended part can add its own.
+    """
+
+    __slots__ = ("parts", "style")
+
+    def __init__(self, text: str = "", style: str | None = None) -> None:
+        self.style = style
+        self.parts: list[tuple[str, str | None]] = [(text, None)] if text else []
+
+    def append(self, text: str, style: str | None = None) -> Styled:
+        """Add ``text`` at the end, with its own ``style``."""
+        self.parts.append((text, style))
+        return self
+
+    def rstrip(self) -> None:
+        """Remove trailing whitespace, as ``Text.rstrip`` does."""
+        while self.parts:
+            text, style = self.parts[-1]
+            stripped = text.rstrip()
+            if stripped:
+                self.parts[-1] = (stripped, style)
+                return
+            self.parts.pop()
+
+    @property
+    def plain(self) -> str:
+        """The text without its styles."""
+        return "".join(text for text, _ in self.parts)
+
+    def __rich__(self) -> Text:
+        from rich.text import Text
+
+        first, *rest = self.parts or [("", None)]
+        text = Text(first[0], style=self.style or "")
+        if first[1]:
+            text.stylize(first[1])
+        for part, style in rest:
+            text.append(part, style=style)
+        return text
+
+
+# rich's own pattern for emoji codes (``:smile:``): text it could match goes through rich.
+_MAYBE_EMOJI = re.compile(r"(:(\S*?)(?:(?:\-)(emoji|text))?:)")
+
+
+class _Human:
+    """The people's channel, on stderr: rich's Console, loaded only where rich shows something.
+
+    Where rich would print no styles (stderr is not a terminal, and neither ``FORCE_COLOR`` nor
+    ``TTY_COMPATIBLE`` says otherwise), a line of plain text, or of ``Styled`` text, is written
+    as rich would write it, without loading rich: importing and starting it is 15-20 ms of
+    every run. Markup, rich's renderables (tables), text rich would change (control or
+    non-printable characters, tabs, what could be an emoji code) and any terminal go through a
+    Console made on first use (``console``).
+    """
+
+    def __init__(self, file: _Stderr) -> None:
+        self.file = file
+        self._console: Console | None = None
+        self._plain: bool | None = None
+
+    @property
+    def console(self) -> Console:
+        """The rich Console on stderr (made, and rich loaded, on first use)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(
+                file=cast("IO[str]", self.file), highlight=False, soft_wrap=True
+            )
+        return self._console
+
+    def print(self, *objects: Any, markup: bool | None = None, emoji: bool | None = None) -> None:
+        """``Console.print(*objects, markup=..., emoji=...)``, plain where that is the same."""
+        if self._plain is None:
+            self._plain = self._console is None and not _styled_here(self.file)
+        text = _as_written(objects, markup, emoji) if self._plain else None
+        if text is None:
+            self.console.print(*objects, markup=markup, emoji=emoji)
+            return
+        self.file.write(text + "\n")
+        self.file.flush()
+
+
+def _styled_here(file: _Stderr) -> bool:
+    """Whether rich would see a terminal here (and print styles)."""
+    if "TTY_COMPATIBLE" in os.environ or "FORCE_COLOR" in os.environ:
+        return True  # rich's own rules for these, whatever they are in its version
+    return file.isatty()
+
+
+def _as_written(objects: Sequence[Any], markup: bool | None, emoji: bool | None) -> str | None:
+    """What rich writes for ``objects`` without styles, or None if only rich can say."""
+    parts = []
+    for obj in objects:
+        if isinstance(obj, Styled):
+            parts.append(obj.plain)
+        elif isinstance(obj, str) and markup is False:
+            parts.append(obj)
+        else:
+            return None
+    text = " ".join(parts)
+    if not text.replace("\n", "").isprintable():
+        return None
+    if emoji is not False and _MAYBE_EMOJI.search(text):
+        return None
+    return text
+
+
 stderr = _Stderr()
-err = Console(file=cast("IO[str]", stderr), highlight=False, soft_wrap=True)
+err = _Human(stderr)
 
 PLAIN_EVERY_S = 5.0
 
@@ -197,7 +311,7 @@ class Reporter:
             TextColumn("done [bold]{task.completed}{task.fields[of]}"),
             TextColumn("{task.fields[stats]}"),
             *_labelled_columns(),
-            console=err,
+            console=err.console,
             transient=True,
         )
         of = f"/{planned}" if planned is not None else ""
@@ -234,12 +348,12 @@ class Reporter:
         while not self._closed.wait(max(self._next_plain - self.clock(), 0.01)):
             self.tick()
 
-    def progress_line(self, now: float) -> Text:
+    def progress_line(self, now: float) -> Styled:
         """The plain progress line: done/total, rate, ETA, errors, mean reward, elapsed."""
         elapsed = max(now - self._start, 0.0)
         ran = self.done - self._done_before
         rate = ran / elapsed if elapsed > 0 else 0.0
-        text = Text("osmosis-run: ")
+        text = Styled("osmosis-run: ")
         if self.planned is not None:
             share = f" ({self.done / self.planned:.0%})" if self.planned else ""
             text.append(f"{self.done}/{self.planned}", style="bold")
@@ -358,6 +472,7 @@ def _duration(seconds: float) -> str:
 def _labelled_columns() -> tuple[Any, ...]:
     """The live bar's rate, elapsed and ETA columns, each with its label (rich loaded late)."""
     from rich.progress import ProgressColumn, Task
+    from rich.text import Text
 
     class Rate(ProgressColumn):
         """Rollouts per second, as rich estimates them over its recent window."""
@@ -412,9 +527,9 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def summary_table(summary: Summary, *, title: str) -> Text:
+def summary_table(summary: Summary, *, title: str) -> Styled:
     """The summary as aligned label/value lines; never wrapped, so logs stay greppable."""
-    text = Text(title + "\n", style="bold")
+    text = Styled(title + "\n", style="bold")
     rows = summary_rows(summary)
     width = max(len(label) for label, _ in rows) + 2
     for label, value in rows:
@@ -525,6 +640,7 @@ SHOWN_ROLLOUTS = 20
 
 def comparison_table(cmp: Comparison) -> Table:
     """Mean reward and pass rate of A and B, B - A and its confidence interval."""
+    from rich.table import Table
     from rich.text import Text
 
     table = Table(
