@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 import typer.core
 
-from osmosis_run.cli.exit_codes import EXIT_CODES_HELP, INTERRUPTED, USAGE
+from osmosis_run.cli.exit_codes import EXIT_CODES_HELP, INTERRUPTED, STOP_SIGNALS, USAGE
 
 
 def _click_exceptions() -> Any:
@@ -154,11 +154,8 @@ def main() -> None:
     try:
         app_for(sys.argv[1:])()
     finally:
-        for sig in _STOP_SIGNALS:
+        for sig in STOP_SIGNALS:
             signal.signal(sig, _exit_interrupted)
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _exit_interrupted(_signum: int, _frame: object) -> None:
@@ -173,6 +170,6 @@ def _last_steps() -> None:
     cycles worth nothing now (some 30 ms after a 20,000-rollout run, two thirds of the
     teardown). Python does not promise finalizers of objects alive at exit in any case.
     """
-    for sig in _STOP_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     gc.freeze()

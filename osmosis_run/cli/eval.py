@@ -33,7 +33,6 @@ _EXIT_OF_ENDING = {
     "gate_failed": exit_codes.GATE_FAILED,
     "error_budget": exit_codes.ERROR_BUDGET,
 }
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _opt(*names: str, help: str, panel: str = _RUN, **kw: Any) -> Any:  # noqa: A002
@@ -561,10 +560,13 @@ class _Interrupts:
         self._run_dir = run_dir
         self._signals = 0
         self._stop: Callable[[], object] | None = None
+        self._ended = False  # the rollouts have ended (run() has returned or raised)
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Interrupts:
-        self._previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOP_SIGNALS}
+        self._previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in exit_codes.STOP_SIGNALS
+        }
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -584,6 +586,7 @@ class _Interrupts:
             return await runner.run()
         finally:
             self._stop = None
+            self._ended = True
             reporter.close()
 
     def _on_signal(self, _signum: int, _frame: object) -> None:
@@ -592,7 +595,7 @@ class _Interrupts:
         if stop is not None and self._signals == 1:
             stop()
             return
-        if self._signals == 1:  # the rollouts had ended: say so, as the line is all there is
+        if self._signals == 1 and self._ended:  # say so: the line is all there is
             with contextlib.suppress(OSError):
                 os.write(
                     2,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import signal
+
 OK = 0
 GATE_FAILED = 1
 USAGE = 2
 ERROR_BUDGET = 3
 INFRASTRUCTURE = 4
 INTERRUPTED = 130
+# The signals that stop a command (the first one cleanly), and then exit ``INTERRUPTED``.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ran and every gate held; 1 a quality gate failed (--fail-under, "

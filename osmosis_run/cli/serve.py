@@ -269,7 +269,7 @@ def _serve(app: Any, listener: socket.socket) -> int:
                 os._exit(exit_codes.INTERRUPTED)
             loop.call_soon_threadsafe(stop)
 
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, on_signal) for sig in exit_codes.STOP_SIGNALS}
         try:
             await server.serve(sockets=[listener])
         finally:
