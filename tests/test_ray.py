@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,9 @@ def ray_eval_child(cwd: Path, cluster: Cluster, *args: str) -> Iterator[subproce
         if child.poll() is None:
             child.kill()
             child.wait()
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def rows(n: int, **meta: Any) -> list[dict[str, Any]]:
@@ -400,19 +404,30 @@ def test_a_worker_node_whose_raylet_is_killed_mid_run_loses_no_rollout(
     try:
         out, log = workdir / "run", workdir / "where.log"
         meta = {"sleep": 0.2, "log": str(log)}
-        dataset = write_jsonl(workdir / "d.jsonl", rows(160, metadata=meta))
-        # Six actors spread over three nodes: at least one on the node that is killed.
+        # Six actors spread over three nodes: at least one on the node that is killed. The run
+        # lasts ~10 s, so that the fresh node's actor (a new worker process, which imports
+        # osmosis-run there: seconds on a loaded machine) gets rollouts before the others
+        # have run them all.
+        dataset = write_jsonl(workdir / "d.jsonl", rows(600, metadata=meta))
         args = eval_args(dataset, out, "--concurrency", "12", "--ray-actors", "6")
+
+        def on_node() -> int:
+            return sum(n == node.node_id for *_, n in log_lines(log))
+
         with ray_eval_child(workdir, cluster, *args) as child:
-            wait_for(
-                lambda: sum(n == node.node_id for *_, n in log_lines(log)) >= 3,
-                timeout=60,
-                what="rollouts on the extra node",
-            )
+            try:
+                wait_for(lambda: on_node() >= 3, timeout=60, what="rollouts on the extra node")
+            except AssertionError:
+                child.kill()
+                _, stderr = child.communicate()
+                nodes = Counter(n for *_, n in log_lines(log))
+                raise AssertionError(
+                    f"rollouts per node {dict(nodes)}; stderr:\n{stderr}"
+                ) from None
             node.kill_raylet()  # SIGKILL, by the handle of the node we started
             _, stderr = child.communicate(timeout=90)
         assert child.returncode == 0, stderr
-        assert recorded_once(out, 160) == ["ungraded"] * 160
+        assert recorded_once(out, 600) == ["ungraded"] * 600
         # What its actor held in flight may have replied (a worker outlives its raylet for a
         # moment) or run again elsewhere: either way once in results.jsonl.
     finally:
