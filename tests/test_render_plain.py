@@ -31,6 +31,8 @@ TEXTS = [
     "an escape \x1b[31mred\x1b[0m",
     "zero\u200bwidth and a soft\u00adhyphen",
     "q0.s0: timeout: workflow exceeded its 0.5s deadline",
+    "a long line, never wrapped: " + "word " * 60,
+    "a trailing newline\n",
 ]
 
 
@@ -77,6 +79,7 @@ def test_ordinary_lines_are_written_without_rich_and_the_rest_by_it() -> None:
     assert not _as_is(("a tab\there",), False, None)  # rich expands tabs
     assert not _as_is(("a bell\x07",), False, None)  # rich strips control codes
     assert not _as_is((":smile:",), False, None)  # rich replaces emoji codes
+    assert not _as_is(("word " * 60,), False, None)  # rich 13.8 strips it when it overflows
     assert _as_is((":smile:",), False, False)
     from rich.table import Table
 

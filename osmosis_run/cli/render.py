@@ -163,8 +163,8 @@ class _Human:
     ``TTY_COMPATIBLE`` says otherwise), a line of plain text, or of ``Styled`` text, is written
     as rich would write it, without loading rich: importing and starting it is 15-20 ms of
     every run. Markup, rich's renderables (tables), text rich would change (control or
-    non-printable characters, tabs, what could be an emoji code) and any terminal go through a
-    Console made on first use (``console``).
+    non-printable characters, tabs, trailing spaces, what could be an emoji code) and any
+    terminal go through a Console made on first use (``console``).
     """
 
     def __init__(self, file: _Stderr) -> None:
@@ -214,6 +214,8 @@ def _as_written(objects: Sequence[Any], markup: bool | None, emoji: bool | None)
             return None
     text = " ".join(parts)
     if not text.replace("\n", "").isprintable():
+        return None
+    if text.endswith(" ") or " \n" in text:  # some versions of rich strip it from long lines
         return None
     if emoji is not False and _MAYBE_EMOJI.search(text):
         return None
