@@ -263,24 +263,13 @@ def test_a_second_ctrl_c_exits_at_once_and_the_actors_die_with_the_driver(
     log = workdir / "where.log"
     dataset = write_jsonl(workdir / "d.jsonl", rows(8, metadata={"sleep": 600, "log": str(log)}))
     args = eval_args(dataset, workdir / "run", "--concurrency", "4", "--ray-actors", "2")
-    child = subprocess.Popen(
-        [*args, "--backend", "ray", "--ray-address", cluster.address],
-        cwd=workdir,
-        env=subprocess_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with ray_eval_child(workdir, cluster, *args) as child:
         wait_for(lambda: len(log_lines(log)) >= 4, timeout=60, what="rollouts on the actors")
         child.send_signal(signal.SIGINT)
         time.sleep(0.05)
         child.send_signal(signal.SIGINT)
-        child.wait(timeout=10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    assert child.returncode == 130
+        _, stderr = child.communicate(timeout=10)
+    assert child.returncode == 130, stderr
     pids = {int(pid) for _, pid, _ in log_lines(log)}
     wait_for(lambda: not any(_alive(pid) for pid in pids), timeout=30, what="the actors to die")
 

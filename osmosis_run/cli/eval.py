@@ -394,21 +394,16 @@ def _run_opened(settings: EvalSettings, runner: Scheduler, reporter: Any) -> int
     """Run an opened scheduler; render its ending."""
     from osmosis_run.cli import render
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
-    from osmosis_run.run.scheduler import run_to_completion
-    from osmosis_run.run.threads import WorkerThreads, default_size
 
     failure: InfrastructureError | None = None
     unready: OsmosisRunError | None = None
     with _Interrupts(runner.store.dir) as interrupts:
-        threads = WorkerThreads(default_size(runner.plan.concurrency))
         try:
-            with _fewer_collections():
-                outcome = run_to_completion(interrupts.run(runner, reporter), threads)
+            outcome = _drive(interrupts, runner, reporter)
         except* InfrastructureError as group:  # even nested in a group, never show the group
             failure = _first(group)
         except* OsmosisRunError as group:  # the executor could not get ready: nothing ran
             unready = group.exceptions[0]  # type: ignore[assignment]
-        _say_if_threads_left(threads.running)
         if unready is not None:
             render.print_error(unready)
             return exit_codes.USAGE
@@ -417,6 +412,19 @@ def _run_opened(settings: EvalSettings, runner: Scheduler, reporter: Any) -> int
             render.print_resume_hint(runner.store.dir, failed=True)
             return exit_codes.INFRASTRUCTURE
         return _finish(settings, outcome)
+
+
+def _drive(interrupts: _Interrupts, runner: Scheduler, reporter: Any) -> RunOutcome:
+    """Run the scheduler to its end on a loop of its own; say what blocking calls it left."""
+    from osmosis_run.run.scheduler import run_to_completion
+    from osmosis_run.run.threads import WorkerThreads, default_size
+
+    threads = WorkerThreads(default_size(runner.plan.concurrency))
+    try:
+        with _fewer_collections():
+            return run_to_completion(interrupts.run(runner, reporter), threads)
+    finally:
+        _say_if_threads_left(threads.running)
 
 
 def _say_if_threads_left(running: int) -> None:

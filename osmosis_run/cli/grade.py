@@ -135,16 +135,9 @@ def _run(
 ) -> int:
     """Open the run and drive it as eval does (signals, failures, gates and reports)."""
     from osmosis_run.cli import render
-    from osmosis_run.cli.eval import (
-        _fewer_collections,
-        _finish,
-        _first,
-        _Interrupts,
-        _say_if_threads_left,
-    )
+    from osmosis_run.cli.eval import _drive, _finish, _first, _Interrupts
     from osmosis_run.errors import InfrastructureError, OsmosisRunError
-    from osmosis_run.run.scheduler import Scheduler, run_to_completion
-    from osmosis_run.run.threads import WorkerThreads, default_size
+    from osmosis_run.run.scheduler import Scheduler
 
     settings = plan.settings
     try:
@@ -156,13 +149,10 @@ def _run(
         return exit_codes.USAGE
     failure: InfrastructureError | None = None
     with _Interrupts(runner.store.dir) as interrupts:
-        threads = WorkerThreads(default_size(plan.concurrency))
         try:
-            with _fewer_collections():
-                outcome = run_to_completion(interrupts.run(runner, reporter), threads)
+            outcome = _drive(interrupts, runner, reporter)
         except* InfrastructureError as group:
             failure = _first(group)
-        _say_if_threads_left(threads.running)
         if failure is not None:
             render.print_error(failure)
             render.print_resume_hint(runner.store.dir, failed=True)
