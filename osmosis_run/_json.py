@@ -1,5 +1,13 @@
 """JSON encoding for what a run writes: strict JSON (no NaN), never failing on odd values.
 
+Two encoders, one output. orjson writes the JSON types themselves (str, int within 64 bits, float,
+bool, None, lists, tuples, dicts with str keys, enums, UUIDs) three times faster than pydantic-core
+and, from orjson 3.11.7 on (the declared floor), byte for byte as pydantic-core does: the same
+shortest float repr (``1e+16``), the same escapes, raw UTF-8. It refuses everything else (subclasses
+of the JSON types, dataclasses, datetimes, sets, bytes, models, big ints, non-str keys, lone
+surrogates, deep nesting), and pydantic-core encodes those as before; ``tests/test_json.py``
+holds the two to the same bytes.
+
 Strings must be valid Unicode and bytes UTF-8 text: a lone surrogate (``"\\ud800"``) or bytes such
 as ``b"\\xff"`` in what a workflow returns cannot be written as JSON. ``encode`` raises
 ``ValueError`` then, and ``unencodable`` names the value, so that the runner records that
@@ -10,21 +18,31 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pydantic_core
 
 __all__ = ["encode", "unencodable"]
+
+# What orjson would otherwise write its own way: a str subclass's own methods, a dataclass's or a
+# datetime's form. Refused, they go to pydantic-core.
+_FAST = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+_FAST |= orjson.OPT_PASSTHROUGH_DATETIME
+_dumps = orjson.dumps
 
 
 def encode(value: Any) -> bytes:
     """Encode as compact UTF-8 JSON: NaN and infinities become null, unknown objects ``str()``.
 
-    pydantic-core's encoder (already a dependency) is several times faster than ``json.dumps``,
-    and this runs a few times per rollout.
+    This runs three times per rollout (its results line, result.json, trajectory.json): orjson
+    first, pydantic-core for what orjson refuses (the module's docstring).
 
     Raises:
         ValueError: a string holds a lone surrogate, or bytes are not UTF-8 text.
     """
-    return pydantic_core.to_json(value, inf_nan_mode="null", fallback=str)
+    try:
+        return _dumps(value, option=_FAST)
+    except TypeError:  # orjson.JSONEncodeError: a value outside the JSON types
+        return pydantic_core.to_json(value, inf_nan_mode="null", fallback=str)
 
 
 def unencodable(value: Any, *, path: str) -> str | None:
