@@ -507,6 +507,18 @@ def test_extra_never_replaces_the_named_osmosis_fields() -> None:
     assert doc["extra"] == {"osmosis": {"rollout_id": "r1", "reward": 1.0}}
 
 
+@pytest.mark.parametrize("label", [None, "L", ""])
+@pytest.mark.parametrize(
+    "reward", [None, 0.0, 1.0, -2.5, math.nan, math.inf, 1, True, np.float64(0.5)], ids=repr
+)
+def test_the_usual_rollout_gets_what_the_general_path_gives(label: Any, reward: Any) -> None:
+    """A rollout with no extras takes an inline path; an extra that is dropped forces the other."""
+    messages: list[Message] = [{"role": "user", "content": "x"}, {"role": "assistant"}]
+    usual = convert(messages, label=label, reward=reward, sample_metrics={}, request_metadata=None)
+    general = convert(messages, label=label, reward=reward, extra={"dropped": None})
+    assert json.dumps(usual) == json.dumps(general)  # the same keys, in the same order
+
+
 def test_nan_metric_becomes_null() -> None:
     doc = convert(
         [{"role": "user", "content": "x"}],

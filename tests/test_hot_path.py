@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from osmosis_run.sdk.types import (
     RolloutErrorCategory,
     RolloutSample,
     RolloutStatus,
+    json_copy,
 )
 
 COMMANDS = sorted(info.name for info in app.registered_commands if info.name)
@@ -221,3 +223,44 @@ def test_result_json_briefs_say_what_each_stage_gave() -> None:
     doc = _result_json(ExecutionOutcome(workflow=odd, grader=None))
     assert doc["workflow"] == {"status": "success", "err_category": None, "err_message": "a note"}
     assert doc["grader"] is None
+
+
+# -- json_copy: a transcript's messages copied inline, as the recursion copies them ---------
+
+
+def _copied_apart(original: Any, copy: Any) -> None:
+    """Equal, no dict or list shared, every other value shared, dict subclasses made dicts."""
+    assert copy == original
+    if isinstance(original, dict | list):
+        assert copy is not original
+        assert type(copy) is (dict if isinstance(original, dict) else list)
+        pairs = (
+            zip(original.values(), copy.values(), strict=True)
+            if isinstance(original, dict)
+            else zip(original, copy, strict=True)
+        )
+        for before, after in pairs:
+            _copied_apart(before, after)
+    else:
+        assert copy is original  # str, numbers, tuples (even holding lists), objects: shared
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [{"role": "user", "content": "p0"}, {"role": "assistant", "content": "p0"}],
+        [{"role": "user", "content": [{"type": "text", "text": "hi"}], "extra": {"k": [1, 2]}}],
+        [OrderedDict(role="user"), [1, [2]], (3, [4]), "text", None, {"nested": {"a": {}}}],
+        {"messages": [{"role": "user"}], "meta": OrderedDict(a=[1])},
+        [],
+        ({"a": 1},),
+        "text",
+    ],
+    ids=["chat", "parts", "mixed", "dict", "empty", "tuple", "scalar"],
+)
+def test_json_copy_copies_containers_and_shares_the_rest(value: Any) -> None:
+    copy = json_copy(value)
+    _copied_apart(value, copy)
+    if isinstance(copy, list) and copy and isinstance(copy[0], dict):
+        copy[0]["role"] = "changed"  # the copy is the workflow's own
+        assert value[0].get("role") != "changed"

@@ -44,7 +44,7 @@ class _Sketch:
         self.total_sq = 0.0
         self.low = math.inf
         self.high = -math.inf
-        self.histogram: Counter[float] = Counter()
+        self.histogram: dict[float, int] = {}  # a dict, not a Counter: subscripting is faster
 
     def add(self, value: float) -> None:
         self.count += 1
@@ -59,7 +59,8 @@ class _Sketch:
             key = float(format(value, self._format))
             if len(self._keys) < _KEY_CACHE:
                 self._keys[value] = key
-        self.histogram[key] += 1
+        histogram = self.histogram
+        histogram[key] = histogram.get(key, 0) + 1
 
     def distribution(self) -> Distribution:
         if not self.count:
@@ -200,23 +201,25 @@ class MetricsAccumulator:
 
     def add(self, line: ResultLine) -> None:
         """Count one finished rollout."""
-        self.counts[line.status] += 1
+        status, reward, elapsed = line.status, line.reward, line.workflow_ms
+        self.counts[status] += 1
         if line.usage is not None:
             self.usage.add(line.usage)
-        is_error = outcome.is_error(line.status)
+        is_error = outcome.is_error(status)
         if is_error:
             self._add_error(line)
-        if line.workflow_ms is not None:
-            self.workflow_ms.add(line.workflow_ms)
-        if line.grader_ms is not None:
-            self.grader_ms.add(line.grader_ms)
-        reward = outcome.score(line.status, line.reward)
-        if reward is None:
+        if elapsed is not None:
+            self.workflow_ms.add(elapsed)
+        elapsed = line.grader_ms
+        if elapsed is not None:
+            self.grader_ms.add(elapsed)
+        score = outcome.score(status, reward)
+        if score is None:
             return
-        passed = outcome.passed(line.status, line.reward, self.pass_threshold) is True
+        passed = outcome.passed(status, reward, self.pass_threshold) is True
         if not is_error:
-            self.reward_graded.add(reward)
-        self.reward_all.add(reward)
+            self.reward_graded.add(score)
+        self.reward_all.add(score)
         self.passed += passed
         if self.samples >= 2:
             row, _ = outcome.split_rollout_id(line.rollout_id)
@@ -224,7 +227,7 @@ class MetricsAccumulator:
             tally[0] += 1
             tally[1] += passed
         if self.group_by is not None:
-            self._add_to_group(line, reward, passed, is_error)
+            self._add_to_group(line, score, passed, is_error)
 
     def _add_error(self, line: ResultLine) -> None:
         if line.error_category:

@@ -75,14 +75,27 @@ def trajectory_from_messages(
     if not messages:
         return None
     steps = _steps(messages)
-    osmosis: dict[str, Any] = _json_safe(extra) if extra else {}
-    osmosis["rollout_id"] = rollout_id
-    osmosis["label"] = _json_safe(label)
-    osmosis["reward"] = _json_safe(reward)
-    # Empty mappings are dropped too, as in the SDK's own trajectories.
-    osmosis["sample_metrics"] = _mapping(sample_metrics)
-    osmosis["sample_extra_fields"] = _mapping(sample_extra_fields)
-    osmosis["request_metadata"] = _mapping(request_metadata)
+    osmosis: dict[str, Any]
+    if (
+        not (extra or sample_metrics or sample_extra_fields or request_metadata)
+        and (label is None or type(label) is str)
+        and (reward is None or (type(reward) is float and math.isfinite(reward)))
+    ):  # the usual rollout, inline: what the general path below gives it
+        osmosis = {"rollout_id": rollout_id}
+        if label is not None:
+            osmosis["label"] = label
+        if reward is not None:
+            osmosis["reward"] = reward
+    else:
+        osmosis = _json_safe(extra) if extra else {}
+        osmosis["rollout_id"] = rollout_id
+        osmosis["label"] = _json_safe(label)
+        osmosis["reward"] = _json_safe(reward)
+        # Empty mappings are dropped too, as in the SDK's own trajectories.
+        osmosis["sample_metrics"] = _mapping(sample_metrics)
+        osmosis["sample_extra_fields"] = _mapping(sample_extra_fields)
+        osmosis["request_metadata"] = _mapping(request_metadata)
+        osmosis = {key: value for key, value in osmosis.items() if value is not None}
     return {
         "schema_version": SCHEMA_VERSION,
         "session_id": rollout_id,
@@ -90,7 +103,7 @@ def trajectory_from_messages(
         "agent": {"name": agent_name, "version": agent_version},
         "steps": steps,
         "final_metrics": {"total_steps": len(steps)},
-        "extra": {"osmosis": {key: value for key, value in osmosis.items() if value is not None}},
+        "extra": {"osmosis": osmosis},
     }
 
 

@@ -119,6 +119,18 @@ Reward = Annotated[float | None, BeforeValidator(_reward)]
 
 def json_copy(value: Any) -> Any:
     """Copy nested dicts and lists (the shape of chat messages); share everything else."""
+    if type(value) is list:  # a transcript: its messages copied inline, a call fewer each
+        copied = []
+        for item in value:
+            if type(item) is dict:
+                item = item.copy()
+                for key, child in item.items():
+                    if isinstance(child, _CONTAINERS):
+                        item[key] = json_copy(child)  # same keys: safe while iterating
+            elif isinstance(item, _CONTAINERS):
+                item = json_copy(item)
+            copied.append(item)
+        return copied
     if isinstance(value, dict):
         return {
             key: json_copy(item) if isinstance(item, _CONTAINERS) else item
