@@ -234,12 +234,9 @@ def _copied_apart(original: Any, copy: Any) -> None:
     if isinstance(original, dict | list):
         assert copy is not original
         assert type(copy) is (dict if isinstance(original, dict) else list)
-        pairs = (
-            zip(original.values(), copy.values(), strict=True)
-            if isinstance(original, dict)
-            else zip(original, copy, strict=True)
-        )
-        for before, after in pairs:
+        children = list(original.values()) if isinstance(original, dict) else original
+        copies = list(copy.values()) if isinstance(copy, dict) else copy
+        for before, after in zip(children, copies, strict=True):
             _copied_apart(before, after)
     else:
         assert copy is original  # str, numbers, tuples (even holding lists), objects: shared

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from conftest import TESTS_DIR, results, subprocess_env, write_jsonl
 
+from osmosis_run.backends._ray_actor import SCRATCH_PREFIX, SHM
 from osmosis_run.errors import BackendError
 
 pytestmark = [
@@ -163,6 +164,15 @@ def ray_eval_child(cwd: Path, cluster: Cluster, *args: str) -> Iterator[subproce
         for pipe in (child.stdout, child.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def scratch_dirs() -> set[str]:
+    """The actors' scratch directories on this machine (``_ray_actor._scratch``'s places)."""
+    found: set[str] = set()
+    for where in (Path(SHM), Path(tempfile.gettempdir())):
+        with contextlib.suppress(OSError):
+            found |= {str(p) for p in where.iterdir() if p.name.startswith(SCRATCH_PREFIX)}
+    return found
 
 
 def rows(n: int, **meta: Any) -> list[dict[str, Any]]:
@@ -433,8 +443,10 @@ def test_artifacts_written_on_the_second_node_reach_the_run_directory(
     data[3]["metadata"] = {"big": 17 * 1024 * 1024}  # over the cap: listed, not shipped
     dataset = write_jsonl(workdir / "d.jsonl", data)
     out = workdir / "run"
+    before = scratch_dirs()
     done = ray_eval(workdir, cluster, *eval_args(dataset, out, "--ray-actors", "3"))
     assert done.returncode == 0, done.stderr
+    assert scratch_dirs() <= before  # each actor removed its scratch directory at the end
     nodes = {
         (out / "rollouts" / f"r{i}.s0" / "artifacts" / "node.txt").read_text() for i in range(12)
     }

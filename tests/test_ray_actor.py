@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from osmosis_run.backends._ray_actor import Chunk, Item, RolloutActor
+from osmosis_run.backends import _ray_actor
+from osmosis_run.backends._ray_actor import (
+    SCRATCH_PREFIX,
+    Chunk,
+    Item,
+    RolloutActor,
+    sweep_scratch,
+)
 from osmosis_run.run.seam import Attempt, AttemptResult
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest, ExecutionResult
 
@@ -149,3 +160,52 @@ async def test_a_rollout_that_raises_ends_its_batch_with_the_error() -> None:
         await asyncio.wait_for(call, 5)
     await settle()
     assert gates.cancelled == ["b"]
+
+
+# -- the scratch directory: removed by release(), or by a later actor when this one died ---
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the sweep tests processes with signal 0")
+def test_a_later_actor_removes_what_dead_actors_of_this_host_left(tmp_path: Path) -> None:
+    host = _ray_actor._host_prefix()
+    dead, alive = dead_pid(), os.getpid()
+    for name in (f"{host}{dead}-abc", f"{host}{alive}-def", f"{SCRATCH_PREFIX}otherhost-{dead}-x"):
+        (tmp_path / name / "r1.s0" / "artifacts").mkdir(parents=True)
+    (tmp_path / f"{host}{dead}-file").write_text("a file, not a scratch directory")
+    (tmp_path / f"{host}notapid-x").mkdir()
+    (tmp_path / "unrelated").mkdir()
+    assert sweep_scratch(str(tmp_path)) == [f"{host}{dead}-abc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [
+            f"{host}{alive}-def",
+            f"{SCRATCH_PREFIX}otherhost-{dead}-x",
+            f"{host}{dead}-file",
+            f"{host}notapid-x",
+            "unrelated",
+        ]
+    )
+    assert sweep_scratch(str(tmp_path / "missing")) == []
+
+
+def test_release_removes_the_actors_scratch_directory(tmp_path: Path) -> None:
+    actor = RolloutActor()
+    root = tmp_path / f"{_ray_actor._scratch_prefix(os.getpid())}x"
+    (root / "r1.s0" / "artifacts").mkdir(parents=True)  # a rollout cancelled before it shipped
+    actor._root = root
+    actor.release()
+    assert not root.exists()
+    actor.release()  # twice: nothing left to do
+
+
+def test_release_leaves_a_shared_run_directory_alone(tmp_path: Path) -> None:
+    actor = RolloutActor()
+    actor._root, actor._ship = tmp_path, False  # --ray-shared-fs: the run's own rollouts/
+    actor.release()
+    assert tmp_path.is_dir()

@@ -16,7 +16,10 @@ no Ray, so it reads (and is tested) as plain Python. An actor answers:
   together costs one plain call (a Ray streaming generator costs about a millisecond more per
   round trip). The artifacts each rollout wrote come back with its reply. A call cancelled or
   failed ends its batch (its rollouts still running are cancelled);
-- ``cancel(ids)``: cancel those rollouts (a Ctrl-C, a deadline of the driver's).
+- ``cancel(ids)``: cancel those rollouts (a Ctrl-C, a deadline of the driver's);
+- ``release()``: remove the actor's scratch directory; the driver calls it before it ends the
+  actor. An actor that died without it (killed, its node lost) leaves its directory behind:
+  the next actor set up on that host removes the directories of actors whose process is gone.
 """
 
 from __future__ import annotations
@@ -45,7 +48,16 @@ from osmosis_run.sdk.backend import ARTIFACTS, LocalBackend
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
 
-__all__ = ["ARTIFACTS_CAP", "Chunk", "Item", "Reply", "RolloutActor", "versions"]
+__all__ = [
+    "ARTIFACTS_CAP",
+    "SCRATCH_PREFIX",
+    "Chunk",
+    "Item",
+    "Reply",
+    "RolloutActor",
+    "sweep_scratch",
+    "versions",
+]
 
 T = TypeVar("T")
 
@@ -55,6 +67,9 @@ ARTIFACTS_CAP = 16 << 20
 # Actors keep artifacts in RAM (/dev/shm) until they are shipped, when this much of it is free.
 SHM = "/dev/shm"
 SCRATCH_RAM_FREE = 1 << 30
+# An actor's scratch directory: <prefix><host>-<pid>-<random>, so that a later actor on the same
+# host can tell the directories of dead actors (``sweep_scratch``).
+SCRATCH_PREFIX = "osmosis-run-actor-"
 # Past its deadline, how long a stage gets to honour its cancellation (as in the engine).
 ABANDON_GRACE_S = 2.0
 # Once a rollout of a batch has finished, its reply waits while batch-mates keep finishing
@@ -167,7 +182,9 @@ class RolloutActor:
         if shared_root is not None:
             self._root, self._ship = Path(shared_root), False
         else:
-            self._root = Path(tempfile.mkdtemp(prefix="osmosis-run-actor-", dir=_scratch()))
+            scratch = _scratch()
+            sweep_scratch(scratch or tempfile.gettempdir())
+            self._root = Path(tempfile.mkdtemp(prefix=_scratch_prefix(os.getpid()), dir=scratch))
         self._executor = LocalExecutor(
             LocalBackend(
                 workflow=components.workflow,
@@ -253,6 +270,12 @@ class RolloutActor:
             if not task.done():
                 task.cancel()
 
+    def release(self) -> None:
+        """Remove this actor's scratch directory and what rollouts left in it (the run is over)."""
+        if self._ship and self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
     def cancel(self, rollout_ids: list[str]) -> None:
         """Cancel these rollouts, if they are running here."""
         for rollout_id in rollout_ids:
@@ -315,6 +338,58 @@ def _scratch() -> str | None:
         return None
     free = stat.f_bavail * stat.f_frsize
     return SHM if free >= SCRATCH_RAM_FREE and os.access(SHM, os.W_OK) else None
+
+
+def _host_prefix() -> str:
+    """``<SCRATCH_PREFIX><host>-``: the start of every scratch directory of this host."""
+    host = "".join(c if c.isalnum() or c in "._" else "_" for c in socket.gethostname())
+    return f"{SCRATCH_PREFIX}{host}-"
+
+
+def _scratch_prefix(pid: int) -> str:
+    return f"{_host_prefix()}{pid}-"
+
+
+def sweep_scratch(where: str) -> list[str]:
+    """Remove the scratch directories that dead actors of this host and user left in ``where``.
+
+    An actor ended by ``ray.kill`` or lost with its node never removes its own. Only a directory
+    named for this host whose process no longer exists is removed (POSIX only: there a signal 0
+    tests a process without touching it). Returns the names removed.
+    """
+    if os.name != "posix":
+        return []
+    mine = _host_prefix()
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(where))
+    except OSError:
+        return removed
+    for entry in entries:
+        pid, dash, _ = entry.name.removeprefix(mine).partition("-")
+        if not entry.name.startswith(mine) or not dash or not pid.isdigit():
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid() or not entry.is_dir(
+                follow_symlinks=False
+            ):
+                continue
+        except OSError:
+            continue
+        if not _alive(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, as another user's
+        return True
+    return True
 
 
 def _gather(where: Path) -> tuple[dict[str, bytes], tuple[str, ...]]:

@@ -85,6 +85,8 @@ __all__ = ["ARTIFACTS_CAP", "RayExecutor", "RayOptions", "runtime_env_of"]
 CALL_MARGIN_S = 30.0
 # How long the cluster's address gets to accept a connection before ray.init is tried.
 CONNECT_TIMEOUT_S = 5.0
+# How long the actors get to remove their scratch directories at the end, before they are killed.
+RELEASE_S = 2.0
 # A replacement actor that cannot start is tried again this many times, then its slot is left
 # empty; with no actor left the run stops (exit 4) and resumes later.
 REPLACE_TRIES = 3
@@ -562,6 +564,13 @@ class RayExecutor:
             task.cancel()
         if self._calls:
             await asyncio.wait(set(self._calls), timeout=2.0)
+        live = [slot.handle for slot in self._slots if slot.handle is not None]
+        if live:  # each actor removes its scratch directory, which ray.kill would leave behind
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.gather(*(h.release.remote() for h in live), return_exceptions=True),
+                    RELEASE_S,
+                )
         for slot in self._slots:
             if slot.handle is not None:
                 with contextlib.suppress(Exception):
