@@ -2,11 +2,13 @@
 
 Two encoders, one output. orjson writes the JSON types themselves (str, int within 64 bits, float,
 bool, None, lists, tuples, dicts with str keys, enums, UUIDs) three times faster than pydantic-core
-and, from orjson 3.11.7 on (the declared floor), byte for byte as pydantic-core does: the same
-shortest float repr (``1e+16``), the same escapes, raw UTF-8. It refuses everything else (subclasses
-of the JSON types, dataclasses, datetimes, sets, bytes, models, big ints, non-str keys, lone
-surrogates, deep nesting), and pydantic-core encodes those as before; ``tests/test_json.py``
-holds the two to the same bytes.
+and, from orjson 3.11.7 on (the declared floor), byte for byte as recent pydantic-core does: the
+same shortest float repr (``1e+16``), the same escapes, raw UTF-8. It refuses everything else
+(subclasses of the JSON types, dataclasses, datetimes, sets, bytes, models, big ints, non-str
+keys, lone surrogates, deep nesting), and pydantic-core encodes those as before;
+``tests/test_json.py`` holds the two to the same bytes. (pydantic-core before 2.42 or so writes
+``1e16``, the same number, and pydantic 2.6's writes NaN where it was asked for null: orjson's
+output is the strict one.)
 
 Strings must be valid Unicode and bytes UTF-8 text: a lone surrogate (``"\\ud800"``) or bytes such
 as ``b"\\xff"`` in what a workflow returns cannot be written as JSON. ``encode`` raises
