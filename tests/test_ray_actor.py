@@ -3,7 +3,8 @@
 ``_ray_actor.RolloutActor`` imports no Ray, so its batches are driven directly with a stub
 executor whose rollouts finish when the test says: replies come as rollouts finish (a slow one
 does not hold back its batch-mates), rollouts finishing together come in one reply, one
-cancelled rollout answers None, and a cancelled call ends its batch.
+cancelled rollout answers None, and a cancelled call ends its batch. Its scratch directory is
+removed by ``release()``, or, once the actor is dead, by the next actor's ``sweep_scratch``.
 """
 
 from __future__ import annotations
