@@ -7,8 +7,8 @@ same shortest float repr (``1e+16``), the same escapes, raw UTF-8. It refuses ev
 (subclasses of the JSON types, dataclasses, datetimes, sets, bytes, models, big ints, non-str
 keys, lone surrogates, deep nesting), and pydantic-core encodes those as before;
 ``tests/test_json.py`` holds the two to the same bytes. (pydantic-core before 2.42 or so writes
-``1e16``, the same number, and pydantic 2.6's writes NaN where it was asked for null: orjson's
-output is the strict one.)
+``1e16``, the same number. pydantic 2.6's wrote NaN where it was asked for null, so a NaN beside
+a date was not JSON: 2.7.0, the first to write null, is the declared floor.)
 
 Strings must be valid Unicode and bytes UTF-8 text: a lone surrogate (``"\\ud800"``) or bytes such
 as ``b"\\xff"`` in what a workflow returns cannot be written as JSON. ``encode`` raises
