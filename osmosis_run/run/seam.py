@@ -7,9 +7,11 @@ outcome, its timings, and where the artifacts are). The engine imports no concre
 the command line picks one and hands it over.
 
     class Executor(Protocol):
-        limit: int | None                          # the backend's own concurrency default
-        async def open(self) -> None               # before any rollout: load, connect, preflight
+        limit: int | None          # the backend's own default for rollouts in flight
+        local_artifacts: bool      # attempts write their artifacts in place, in the run directory
+        async def open(self) -> None        # before any rollout: load, connect, start workers
         async def run(self, attempt, deadlines) -> AttemptResult
+        def adopt_artifacts_dirs(self, rollout_ids) -> None   # made ahead by the writer process
         async def close(self) -> None
 
 ``deadlines`` is the engine's deadline machinery: ``await deadlines.within(stage, seconds,
@@ -23,27 +25,37 @@ connection dropped): the engine runs it again without counting it against ``--re
 ``LOST_LIMIT`` times, then records a failure. Any other exception is a bug of the executor and
 stops the run with its traceback.
 
-How the backends to come fit (sketches, checked against this interface):
+The backends behind the seam, each written against this interface alone (their module
+docstrings say the rest):
 
 - **LocalExecutor** (backends/local.py): holds a ``LocalBackend``; ``run`` enters the attempt's
   ``RolloutContext``, then ``within("workflow", agent_timeout, backend.run_workflow(request))``
   and, when grading applies, ``within("grader", ...)``; artifacts are written in place
   (``attempt.artifacts_dir``), so ``artifacts`` is ``None``.
-- **RemoteExecutor** (eval --server URL): ``open`` checks ``GET /health``; ``run`` POSTs the
-  request (back-off on 429 with Retry-After), long-polls ``/rollout/{id}/result`` with its lease
-  inside ``within("rollout", agent + grader + margin, ...)``, and cancels the rollout on the
-  server when that wait is cancelled (Ctrl-C). A dropped connection with the rollout unknown to
-  the server raises ``AttemptLost``. Artifacts stay on the server:
+- **RemoteExecutor** (backends/remote.py, ``eval --server URL``): results arrive later. ``open``
+  asks ``GET /health`` once (the key is accepted; the server's ``max_concurrent`` is ``limit``);
+  ``run`` POSTs the request (a 429 waits for its Retry-After), then long-polls
+  ``/rollout/{id}/result`` with its lease, all inside ``within("rollout", agent + grader +
+  margin, ...)``, and cancels the rollout on the server when that wait is cancelled (Ctrl-C, the
+  deadline). A poll that cannot reach the server, or a rollout it no longer knows (it
+  restarted), raises ``AttemptLost``; a server unreachable at admission is an
+  ``InfrastructureError``, which stops the run (exit 4). Artifacts stay on the server:
   ``Artifacts(unavailable="...")``, said in result.json.
-- **RayExecutor** (--backend ray): ``open`` starts the actor pool and waits for each actor;
-  ``run`` puts the attempt in a per-actor batch (``--ray-batch``) that a background flush sends
-  as one actor call; the reply's outcome and the artifacts shipped with it come back as
-  ``Artifacts(files=...)``; ``ActorDiedError`` raises ``AttemptLost`` after the actor is
-  replaced.
-- **OsmosisAiExecutor** (backends/osmosis_ai.py, osmosis_ai classes unchanged): LocalExecutor
-  over ``OsmosisAiBackend``, which gives them osmosis_ai's own context objects and enters
-  osmosis_ai's ambient ``RolloutContext``; the outcome is converted to ours.
-- **FakeExecutor** (backends/fake.py): outcomes from a handler function, for the engine's tests.
+- **RayExecutor** (backends/ray.py, ``--backend ray``): batches of requests, actors dying
+  mid-call. ``open`` joins the cluster, ships the code and waits for each actor of the pool to
+  be ready; ``run`` puts the attempt into the batch of the least busy actor, sent as one actor
+  call when full (``--ray-batch``) or after a few loop turns, and returns when that rollout's
+  own reply arrives (replies come per rollout, not per batch), with the files it wrote as
+  ``Artifacts(files=..., omitted=...)`` (in place with ``--ray-shared-fs``: ``local_artifacts``).
+  An actor lost mid-call raises ``AttemptLost`` for each attempt it held without a reply, and
+  is replaced. ``close`` has each actor remove its scratch directory, then ends the actors.
+- **OsmosisAiExecutor** (backends/osmosis_ai.py, osmosis_ai classes unchanged): another SDK's
+  classes. LocalExecutor over ``OsmosisAiBackend``, which gives them osmosis_ai's own context
+  objects and enters osmosis_ai's ambient ``RolloutContext``; the outcome is converted to ours.
+- **RegradeExecutor** (backends/regrade.py, ``osmosis-run grade``): runs only the grader, on the
+  samples a finished run recorded.
+- **FakeExecutor** (backends/fake.py): outcomes from a handler function, for the engine's tests
+  (as httpx ships ``MockTransport``).
 """
 
 from __future__ import annotations
