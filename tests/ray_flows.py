@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -40,6 +41,17 @@ def _wait_for_file(path: str) -> None:
         time.sleep(0.02)
 
 
+_barriers: dict[int, threading.Barrier] = {}
+_barriers_lock = threading.Lock()
+
+
+def _meet(parties: int) -> None:
+    """A blocking call: wait in a thread until ``parties`` rollouts of this process are here."""
+    with _barriers_lock:
+        barrier = _barriers.setdefault(parties, threading.Barrier(parties, timeout=20))
+    barrier.wait()
+
+
 def _answer(ctx: AgentWorkflowContext[Any]) -> list[dict[str, Any]]:
     last = str([m for m in ctx.prompt if m["role"] == "user"][-1]["content"])
     return [*ctx.prompt, {"role": "assistant", "content": last}]
@@ -50,9 +62,10 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
 
     Writes ``node.txt`` (and ``metadata.big`` bytes to ``big.bin``) as artifacts, appends
     ``rollout pid node`` to the file ``metadata.log``, kills its own process when
-    ``metadata.die``, waits (before sleeping) until the file ``metadata.wait_for`` exists, and
-    answers "key ok" when the rollout's
-    context holds the key whose SHA-256 is ``metadata.key_sha``.
+    ``metadata.die``, waits (before sleeping) until the file ``metadata.wait_for`` exists, or
+    until ``metadata.meet`` rollouts of its process meet in ``asyncio.to_thread`` (a blocking
+    client), and answers "key ok" when the rollout's context holds the key whose SHA-256 is
+    ``metadata.key_sha``.
     """
 
     async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
@@ -65,6 +78,8 @@ class Traced(AgentWorkflow[AgentWorkflowConfig]):
             os.kill(os.getpid(), signal.SIGKILL)
         if meta.get("wait_for"):
             await asyncio.to_thread(_wait_for_file, str(meta["wait_for"]))
+        if meta.get("meet"):
+            await asyncio.to_thread(_meet, int(meta["meet"]))
         await asyncio.sleep(float(meta.get("sleep", 0)))
         if ctx.artifacts_dir is not None:
             (ctx.artifacts_dir / "node.txt").write_text(_node())

@@ -349,6 +349,21 @@ def test_a_slow_rollout_does_not_hold_back_the_results_of_its_batch_mates(
     assert results_so_far(out)[-1] == "r0.s0"
 
 
+def test_an_actor_makes_as_many_blocking_calls_at_once_as_it_holds_rollouts(
+    cluster: Cluster, workdir: Path
+) -> None:
+    # 16 rollouts on one actor meet in asyncio.to_thread: asyncio's own executor would run
+    # min(32, cores + 4) = 6 of them at once here, and the barrier would break after 20 s.
+    data = rows(16)
+    for row in data:
+        row["metadata"] = {"meet": 16}
+    dataset = write_jsonl(workdir / "d.jsonl", data)
+    args = eval_args(dataset, workdir / "run", "--concurrency", "16", "--ray-actors", "1")
+    done = ray_eval(workdir, cluster, *args)
+    assert done.returncode == 0, done.stderr
+    assert recorded_once(workdir / "run", 16) == ["ungraded"] * 16
+
+
 def test_an_actor_lost_with_part_of_its_batch_answered_runs_only_the_rest_again(
     cluster: Cluster, workdir: Path
 ) -> None:

@@ -14,6 +14,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from osmosis_run.backends._ray_actor import (
     sweep_scratch,
 )
 from osmosis_run.run.seam import Attempt, AttemptResult
+from osmosis_run.run.threads import WorkerThreads, default_size
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest, ExecutionResult
 
 
@@ -174,6 +176,35 @@ def dead_pid() -> int:
 
 
 @pytest.mark.skipif(os.name != "posix", reason="the sweep tests processes with signal 0")
+class Blocking:
+    """A stub executor whose rollouts all meet in ``asyncio.to_thread`` (a blocking client)."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=5)
+
+    async def run(self, attempt: Attempt, deadlines: Any) -> AttemptResult:
+        await asyncio.to_thread(self.barrier.wait)
+        return AttemptResult(
+            ExecutionOutcome(workflow=ExecutionResult(status="success")), 1.0, None
+        )
+
+
+@on_a_loop
+async def test_the_actor_runs_as_many_blocking_calls_at_once_as_its_window() -> None:
+    # More rollouts than asyncio's default executor has threads (min(32, cores + 4)).
+    parties = default_size(None) + 4
+    actor = actor_with(Blocking(parties))  # type: ignore[arg-type]
+    actor._window = parties  # what setup(window=...) sets
+    chunk, done = await actor.run_batch(1, items(*(f"r{i}" for i in range(parties))))
+    replies = list(chunk)
+    while not done:
+        chunk, done = await actor.more(1)
+        replies.extend(chunk)
+    assert sorted(index for index, _ in replies) == list(range(parties))
+    assert all(reply is not None and reply[0].workflow.status == "success" for _, reply in replies)
+    assert isinstance(asyncio.get_running_loop()._default_executor, WorkerThreads)  # type: ignore[attr-defined]
+
+
 def test_a_later_actor_removes_what_dead_actors_of_this_host_left(tmp_path: Path) -> None:
     host = _ray_actor._host_prefix()
     dead, alive = dead_pid(), os.getpid()

@@ -7,7 +7,10 @@ no Ray, so it reads (and is tested) as plain Python. An actor answers:
 - ``setup(spec, key, ...)``: load the classes (``spec`` is the run's ``RunSpec`` fields), set
   the API key as this process's ``OSMOSIS_API_KEY`` (a method argument, never a constructor
   argument or ``runtime_env`` field, which Ray keeps in its control store), and check the
-  shared-file-system probe. Returns None, or the one-line reason it cannot run rollouts;
+  shared-file-system probe. Returns None, or the one-line reason it cannot run rollouts. Its
+  ``window`` (the run's rollouts in flight) sizes the threads of ``asyncio.to_thread`` on the
+  actor, as in a local run (``run/threads.py``): a workflow calling a blocking client makes as
+  many calls at once as the actor holds rollouts, not asyncio's ``min(32, cores + 4)``;
 - ``run_batch(key, items)``: start a batch of attempts, run concurrently, each with
   ``LocalExecutor`` within its stage deadlines; return the replies of the first to finish
   (with the batch-mates finishing right after them, see ``_gather``) and whether that was
@@ -44,6 +47,7 @@ from osmosis_run.run.components import load_components
 from osmosis_run.run.scheduler import within_deadline
 from osmosis_run.run.seam import Attempt
 from osmosis_run.run.settings import EvalSettings
+from osmosis_run.run.threads import WorkerThreads, default_size
 from osmosis_run.sdk.backend import ARTIFACTS, LocalBackend
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
@@ -155,6 +159,8 @@ class RolloutActor:
         self._deadlines = _Deadlines()
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._batches: dict[int, _Batch] = {}
+        self._threads: WorkerThreads | None = None
+        self._window: int | None = None
 
     def hello(self) -> dict[str, str]:
         """The versions that must match the driver's, and where this actor runs."""
@@ -167,8 +173,14 @@ class RolloutActor:
         *,
         shared_root: str | None = None,
         probe: tuple[str, str] | None = None,
+        window: int | None = None,
     ) -> str | None:
-        """Load the workflow and grader; None when ready, else why not (one line)."""
+        """Load the workflow and grader; None when ready, else why not (one line).
+
+        ``window``: the run's rollouts in flight (None: no limit), which sizes the actor's
+        threads for ``asyncio.to_thread``.
+        """
+        self._window = window
         if key:
             os.environ["OSMOSIS_API_KEY"] = key
         if probe is not None:
@@ -199,6 +211,9 @@ class RolloutActor:
     async def run_batch(self, key: int, items: list[Item]) -> tuple[Chunk, bool]:
         """Start a batch; the replies of the first rollouts to finish, and whether that was all."""
         loop = asyncio.get_running_loop()
+        if self._threads is None:  # the actor's loop is Ray's: its executor is set on first use
+            self._threads = WorkerThreads(default_size(self._window))
+            loop.set_default_executor(self._threads)
         batch = _Batch(left=len(items), started=loop.time())
         self._batches[key] = batch
         batch.tasks = [

@@ -199,6 +199,17 @@ class RayExecutor:
         per_actor = self._per_actor if batch == "auto" else max(self._per_actor, 2 * batch)
         return max(len(self._slots), 1) * per_actor
 
+    def _window(self) -> int | None:
+        """The run's rollouts in flight (None: no limit): ``--concurrency``, else ``limit``.
+
+        An actor holds its share of them, more while others are being replaced: it gets
+        threads for all of them (started only when used), so ``asyncio.to_thread`` never
+        caps it.
+        """
+        if self.plan.settings.execution.concurrency is not None:
+            return self.plan.concurrency
+        return self.limit
+
     @property
     def local_artifacts(self) -> bool:
         """With ``--ray-shared-fs`` only: the actors write into the run directory."""
@@ -325,7 +336,9 @@ class RayExecutor:
         shared = str((self.plan.run_dir / ROLLOUTS).absolute()) if self.options.shared_fs else None
         spec = _spec(self.plan)
         problem = await self._ready(
-            handle.setup.remote(spec, self._key, shared_root=shared, probe=probe),
+            handle.setup.remote(
+                spec, self._key, shared_root=shared, probe=probe, window=self._window()
+            ),
             "load the workflow",
         )
         node = str(hello.get("node", "?"))
