@@ -30,8 +30,10 @@ docstrings say the rest):
 
 - **LocalExecutor** (backends/local.py): holds a ``LocalBackend``; ``run`` enters the attempt's
   ``RolloutContext``, then ``within("workflow", agent_timeout, backend.run_workflow(request))``
-  and, when grading applies, ``within("grader", ...)``; artifacts are written in place
-  (``attempt.artifacts_dir``), so ``artifacts`` is ``None``.
+  and, when grading applies, ``within("grader", ...)`` (a stage without a deadline is awaited
+  as it is); artifacts are written in place, in the rollout's folder of the run directory
+  (``adopt_artifacts_dirs`` hands over those the writer process made ahead), so ``artifacts``
+  is ``None``.
 - **RemoteExecutor** (backends/remote.py, ``eval --server URL``): results arrive later. ``open``
   asks ``GET /health`` once (the key is accepted; the server's ``max_concurrent`` is ``limit``);
   ``run`` POSTs the request (a 429 waits for its Retry-After), then long-polls
