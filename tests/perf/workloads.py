@@ -13,7 +13,8 @@ How the README's words are read:
 - W5 and W6 repeat the command and report the median (every run is listed).
 - W1-ram's "wall of the wave-1 build side by side" is that build's whole-process wall on the
   same rows, installed in a venv of its own with this environment's dependency versions
-  (baseline.py), the two programs alternating run by run in RAM; the ratio is of the medians.
+  (baseline.py), the two programs alternating run by run in RAM, after one unmeasured run of
+  each (the first full-size run in RAM pays for fresh tmpfs pages); the ratio is of the medians.
   "This build" is the working tree installed the same way (a regular install in a venv of its
   own), so that neither program pays for the other's kind of install or environment at start.
 """
@@ -376,6 +377,15 @@ class Bench:
         runs: dict[str, list[EvalRun]] = {build: [] for build in builds}
 
         def alternate() -> EvalRun:
+            # One unmeasured run of each first: the first full-size run in RAM after the floor
+            # was the slowest of its build's five in every suite run (by 0.1-0.5 s: fresh tmpfs
+            # pages), and it was always this build's, the first of each pair.
+            log(f"W1-ram: one unmeasured run of each build, then {W1_RAM_PAIRS} pairs")
+            for build, cli in builds.items():
+                warm = self.trivial_eval(
+                    rows, f"W1-ram-warm-{build}", quiet=True, in_memory=True, cli=cli
+                )
+                self.ws.drop_from_memory(warm.out)
             log(f"W1-ram: {W1_RAM_PAIRS} x (this build, {self.baseline_name}) on {rows} rows")
             for _ in range(W1_RAM_PAIRS):
                 for build, cli in builds.items():
@@ -413,7 +423,7 @@ class Bench:
             f"median whole-process wall of {W1_RAM_PAIRS} runs of this build / median of "
             f"{W1_RAM_PAIRS} runs of {self.baseline_name} ({self.baseline.commit[:12]}), each "
             "installed from its tree into a venv of its own with this environment's dependency "
-            "versions, alternating, both writing to RAM; "
+            "versions, alternating after one unmeasured run of each, both writing to RAM; "
             f"floor_figure: this build's median / {FLOOR_BASIS}",
             rows=rows,
             concurrency=TRIVIAL_CONCURRENCY,
