@@ -175,7 +175,6 @@ def dead_pid() -> int:
     return child.pid
 
 
-@pytest.mark.skipif(os.name != "posix", reason="the sweep tests processes with signal 0")
 class Blocking:
     """A stub executor whose rollouts all meet in ``asyncio.to_thread`` (a blocking client)."""
 
@@ -205,6 +204,7 @@ async def test_the_actor_runs_as_many_blocking_calls_at_once_as_its_window() -> 
     assert isinstance(asyncio.get_running_loop()._default_executor, WorkerThreads)  # type: ignore[attr-defined]
 
 
+@pytest.mark.skipif(os.name != "posix", reason="the sweep tests processes with signal 0")
 def test_a_later_actor_removes_what_dead_actors_of_this_host_left(tmp_path: Path) -> None:
     host = _ray_actor._host_prefix()
     dead, alive = dead_pid(), os.getpid()

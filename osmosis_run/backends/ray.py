@@ -199,17 +199,6 @@ class RayExecutor:
         per_actor = self._per_actor if batch == "auto" else max(self._per_actor, 2 * batch)
         return max(len(self._slots), 1) * per_actor
 
-    def _window(self) -> int | None:
-        """The run's rollouts in flight (None: no limit): ``--concurrency``, else ``limit``.
-
-        An actor holds its share of them, more while others are being replaced: it gets
-        threads for all of them (started only when used), so ``asyncio.to_thread`` never
-        caps it.
-        """
-        if self.plan.settings.execution.concurrency is not None:
-            return self.plan.concurrency
-        return self.limit
-
     @property
     def local_artifacts(self) -> bool:
         """With ``--ray-shared-fs`` only: the actors write into the run directory."""
@@ -335,10 +324,11 @@ class RayExecutor:
         _check_versions(hello)
         shared = str((self.plan.run_dir / ROLLOUTS).absolute()) if self.options.shared_fs else None
         spec = _spec(self.plan)
+        # The run's whole window: an actor holds its share, more while another is replaced, and
+        # its threads (for asyncio.to_thread) start only when used.
+        window = self.plan.window(self.limit)
         problem = await self._ready(
-            handle.setup.remote(
-                spec, self._key, shared_root=shared, probe=probe, window=self._window()
-            ),
+            handle.setup.remote(spec, self._key, shared_root=shared, probe=probe, window=window),
             "load the workflow",
         )
         node = str(hello.get("node", "?"))

@@ -63,6 +63,11 @@ class Plan:
     source: JobSource | None = None
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
+    def window(self, limit: int | None) -> int | None:
+        """Rollouts in flight at most (None: no limit): ``--concurrency`` when given, else
+        ``limit``, the executor's own default."""
+        return self.concurrency if self.settings.execution.concurrency is not None else limit
+
     def local_components(self) -> Components:
         """The loaded classes, for an executor that runs or ships them (every one but --server).
 

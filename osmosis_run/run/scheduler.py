@@ -680,9 +680,7 @@ class Scheduler:
     @property
     def concurrency(self) -> int | None:
         """Rollouts in flight at most (None: no limit)."""
-        if self.settings.execution.concurrency is not None:
-            return self.plan.concurrency
-        return self.executor.limit
+        return self.plan.window(self.executor.limit)
 
     def stop(self) -> None:
         """Stop scheduling and cancel the rollouts in flight; ``run()`` then returns."""
