@@ -9,12 +9,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gateway_flows
 import pytest
 from conftest import results, subprocess_env, write_jsonl
 from fake_upstream import Reply, Upstream, serve_upstream
+from serving import serve_app
 from typer.testing import Result
 
+from osmosis_run import (
+    AgentWorkflow,
+    AgentWorkflowContext,
+    AgentWorkflowOutput,
+    LocalBackend,
+    get_rollout_context,
+)
 from osmosis_run.results.records import Summary
+from osmosis_run.server import create_rollout_server
 from osmosis_run.store.layout import MODEL_CALLS
 
 Cli = Callable[..., Result]
@@ -36,6 +46,27 @@ def up() -> Iterator[Upstream]:
 @pytest.fixture
 def data(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "d.jsonl", ROWS)
+
+
+class KeyReporter(gateway_flows.KeyReporter):
+    """Also says, as a metric, whether the key it was handed is the run's own (``osr-...``)."""
+
+    async def run(self, ctx: AgentWorkflowContext[Any]) -> AgentWorkflowOutput:
+        output = await super().run(ctx)
+        rollout = get_rollout_context()
+        assert rollout is not None
+        key = rollout.api_key or ""
+        output.metrics["run_key"] = float(key.startswith("osr-") and key != KEY)
+        return output
+
+
+class KeyInError(AgentWorkflow[Any]):
+    """Fails with an error that quotes the key its rollout was handed (the gateway's)."""
+
+    async def run(self, ctx: AgentWorkflowContext[Any]) -> None:
+        rollout = get_rollout_context()
+        assert rollout is not None
+        raise RuntimeError(f"the model refused key {rollout.api_key} (sent to {rollout.api_key!r})")
 
 
 def run(cli: Cli, data: Path, url: str, *extra: str, workflow: str = "OpenAIWorkflow") -> Result:
@@ -101,19 +132,59 @@ def test_streaming_workflows_are_counted_from_the_last_chunk(
 def test_the_upstream_key_is_in_no_file_and_not_visible_to_the_workflow(
     cli: Cli, up: Upstream, data: Path, tmp_path: Path
 ) -> None:
-    result = run(cli, data, up.url, workflow="KeyReporter")
+    result = cli(
+        "eval", str(data), "-w", "test_gateway_cli:KeyReporter", "--chat-completions-url",
+        up.url, "--api-key", KEY, "--out", "run",
+    )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     for line in results(tmp_path / "run"):
         url, key = line.messages[-1]["content"].split()  # type: ignore[index]
         assert url.startswith("http://127.0.0.1:")
         assert url.endswith(f"/v1/rollouts/{line.rollout_id}")
-        assert key.startswith("osr-")
+        assert key == "[REDACTED]"  # the run's own key is a secret too
+    assert all(line.metrics == {"run_key": 1.0} for line in results(tmp_path / "run"))
     assert run(cli, data, up.url, "--fresh").exit_code == 0
     files = [path for path in (tmp_path / "run").rglob("*") if path.is_file()]
     assert any(path.name == MODEL_CALLS for path in files)
     for path in files:
         assert KEY not in path.read_text(errors="replace"), path
     assert KEY not in result.stderr + result.stdout
+
+
+@pytest.fixture(params=["in-process", "--server"])
+def where(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[str]]:
+    """Where the rollouts run: in eval's process, or on a rollout server (eval --server)."""
+    if request.param == "in-process":
+        yield ["-w", "test_gateway_cli:KeyInError"]
+        return
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    backend = LocalBackend(workflow="test_gateway_cli:KeyInError", artifact_root=tmp_path / "srv")
+    app = create_rollout_server(backend=backend, configure_logging=False, out=tmp_path / "srv")
+    with serve_app(app) as served:
+        yield ["--server", served.url]
+
+
+def test_the_gateways_own_key_is_redacted_from_every_output(
+    cli: Cli, up: Upstream, data: Path, tmp_path: Path, where: list[str]
+) -> None:
+    result = cli(
+        "eval", str(data), *where, "--chat-completions-url", up.url, "--api-key", KEY,
+        "--out", "run", "--max-error-rate", "5", "--html", "run/report.html",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    lines = results(tmp_path / "run")
+    assert [line.status for line in lines] == ["failure"] * 3
+    assert lines[0].error_message == "the model refused key [REDACTED] (sent to '[REDACTED]')"
+    files = [path for path in (tmp_path / "run").rglob("*") if path.is_file()]
+    assert {"results.jsonl", "summary.json", "result.json", "report.html"} <= {
+        path.name for path in files
+    }
+    for path in files:
+        assert "osr-" not in path.read_text(errors="replace"), path
+    assert "osr-" not in result.stderr + result.stdout
+    assert "[REDACTED]" in result.stderr  # the first errors, as the terminal shows them
 
 
 def test_a_cached_run_replays_offline_with_identical_results(
@@ -177,6 +248,24 @@ def test_429_bursts_are_absorbed_and_counted(
     assert (model.requests, model.retries, model.rate_limited, model.errors) == (6, 5, 4, 0)
     assert model.gateway is not None
     assert model.gateway["limit_decreases"] >= 1
+
+
+def test_a_stream_cut_mid_way_counts_as_a_failed_call(
+    cli: Cli, up: Upstream, data: Path, tmp_path: Path
+) -> None:
+    up.script([Reply(content="a b c d e f", drop_mid_stream=True)])
+    result = run(
+        cli, data, up.url, "--limit", "1", "--max-error-rate", "5", workflow="StreamingWorkflow"
+    )
+    assert result.exit_code == 0, result.stderr
+    [line] = results(tmp_path / "run")
+    assert line.status == "failure"
+    assert line.usage is not None
+    assert (line.usage.requests, line.usage.errors) == (1, 1)
+    model = summary(tmp_path).model
+    assert model is not None
+    assert (model.requests, model.errors) == (1, 1)
+    assert "model calls      1 (0 retries, 0 rate-limited, 1 failed)" in result.stderr
 
 
 def test_model_replaces_the_model_and_is_recorded(

@@ -270,7 +270,7 @@ def test_the_serve_table_of_the_config_file_and_its_precedence(tmp_path: Path) -
         ),
         (
             "bogus = 1",
-            'unknown key "serve.bogus"; known: host, port, result_wait, lease, retention, concurrency, out',
+            'unknown key "serve.bogus"; known: host, port, result_wait, lease, retention, concurrency, out, keep_alive',
         ),
     ],
 )

@@ -21,7 +21,7 @@ from test_server_protocol import *  # noqa: F403  (the protocol tests, again on 
 
 from osmosis_run import LocalBackend
 from osmosis_run.server import create_rollout_server
-from osmosis_run.server.http1 import HttpProtocol
+from osmosis_run.server.http1 import HttpProtocol, Limits
 
 ADMIT = json.dumps(
     {
@@ -159,30 +159,121 @@ def test_expect_100_continue_is_answered_before_the_body(server: Served) -> None
 
 
 @pytest.mark.parametrize(
-    "request_bytes",
+    ("request_bytes", "status", "detail"),
     [
-        b"NOT A REQUEST\r\n\r\n",
-        b"GET /health HTTP/2.0\r\n\r\n",
-        b"GET /health HTTP/1.1\r\nBad Header: x\r\n\r\n",
-        b"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
-        b"POST /rollout HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
-        b"POST /rollout HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
-        b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
-        b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
-        b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-        b"GET /health HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n",
+        (
+            b"NOT A REQUEST\r\n\r\n",
+            400,
+            "invalid HTTP request: the request line is not METHOD TARGET HTTP/1.x in printable ASCII",
+        ),
+        (
+            b"GET /health HTTP/2.0\r\n\r\n",
+            400,
+            "invalid HTTP request: the request line is not METHOD TARGET HTTP/1.x in printable ASCII",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nBad Header: x\r\n\r\n",
+            400,
+            "invalid HTTP request: a header line is not NAME: VALUE with NAME a token",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+            400,
+            "invalid HTTP request: a header line is not NAME: VALUE with NAME a token",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nX: a\x00b\r\n\r\n",
+            400,
+            "invalid HTTP request: a header value holds a control byte",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+            400,
+            "invalid HTTP request: more than one Host",
+        ),
+        (
+            b"POST /rollout HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+            400,
+            "invalid HTTP request: more than one Content-Length",
+        ),
+        (
+            b"POST /rollout HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            400,
+            "invalid HTTP request: Content-Length is not 1 to 18 digits",
+        ),
+        (
+            b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            400,
+            "invalid HTTP request: Transfer-Encoding is not chunked",
+        ),
+        (
+            b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            400,
+            "invalid HTTP request: both Content-Length and Transfer-Encoding",
+        ),
+        (
+            b"POST /rollout HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+            "invalid HTTP request: Transfer-Encoding in an HTTP/1.0 request",
+        ),
+        (
+            b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+            "invalid HTTP request: a chunk size line is not HEX[;extensions]",
+        ),
+        (
+            b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n",
+            400,
+            "invalid HTTP request: chunk data not followed by CRLF",
+        ),
+        (
+            b"POST /rollout HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nNo colon\r\n\r\n",
+            400,
+            "invalid HTTP request: a trailer line is not NAME: VALUE with NAME a token",
+        ),
+        (
+            b"GET /health HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n",
+            431,
+            "request head over the 16 KiB limit",
+        ),
     ],
 )
-def test_what_cannot_be_parsed_is_a_400_and_a_closed_connection(
-    server: Served, request_bytes: bytes
+def test_what_cannot_be_parsed_is_a_4xx_with_its_reason_and_a_closed_connection(
+    server: Served, request_bytes: bytes, status: int, detail: str
 ) -> None:
     with _connect(server) as sock:
         sock.sendall(request_bytes)
-        [(status, headers, body)] = _responses(sock, 1)
-        assert status == b"HTTP/1.1 400 Bad Request"
+        [(status_line, headers, body)] = _responses(sock, 1)
+        assert int(status_line.split()[1]) == status
         assert headers[b"connection"] == b"close"
-        assert body == b"Invalid HTTP request received."
+        assert headers[b"content-type"] == b"application/json"
+        assert json.loads(body) == {"detail": detail}
         assert _closed(sock)
+
+
+def test_a_body_is_bounded_by_the_limit_from_its_length_or_its_chunks(tmp_path: Path) -> None:
+    backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
+    app = create_rollout_server(backend=backend, configure_logging=False, out=tmp_path / "run")
+    with serve_app(app, http=HttpProtocol.limited(Limits(max_body=len(ADMIT)))) as served:
+        with _connect(served) as sock:  # at the limit: taken
+            sock.sendall(
+                b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(ADMIT), ADMIT)
+            )
+            assert _responses(sock, 1)[0][0] == b"HTTP/1.1 202 Accepted"
+        for request in (
+            b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (len(ADMIT) + 1),
+            b"POST /rollout HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"%x\r\n%s\r\n1\r\n" % (len(ADMIT), ADMIT),
+        ):
+            with _connect(served) as sock:
+                sock.sendall(request)
+                [(status, _, body)] = _responses(sock, 1)
+                assert int(status.split()[1]) == 413
+                assert json.loads(body) == {
+                    "detail": f"request body over the {len(ADMIT)} bytes limit"
+                }
+                assert _closed(sock)
 
 
 def test_connection_close_and_http_10_close_after_the_response(server: Served) -> None:
@@ -208,6 +299,95 @@ def test_an_idle_connection_is_closed_after_the_keep_alive(tmp_path: Path) -> No
         started = time.monotonic()
         assert _closed(sock)
         assert 0.2 < time.monotonic() - started < 3
+
+
+def _limited(tmp_path: Path, limits: Limits, **options: Any) -> Any:
+    backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
+    app = create_rollout_server(backend=backend, configure_logging=False, out=tmp_path / "run")
+    return serve_app(app, http=HttpProtocol.limited(limits), **options)
+
+
+def test_a_request_that_does_not_arrive_in_time_is_a_408(tmp_path: Path) -> None:
+    with _limited(tmp_path, Limits(request_timeout_s=0.5), timeout_keep_alive=60) as served:
+        reason = {"detail": "the request (head and body) did not arrive within 0.5 s"}
+        for partial in (
+            b"GET /health HTTP/1.1\r\nHost: x\r\n",  # a head that stops
+            b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(ADMIT), ADMIT[:10]),  # a body that stops
+        ):
+            with _connect(served) as sock:
+                sock.sendall(partial)
+                started = time.monotonic()
+                [(status, _, body)] = _responses(sock, 1)
+                assert (status, json.loads(body)) == (b"HTTP/1.1 408 Request Timeout", reason)
+                assert 0.4 < time.monotonic() - started < 3
+                assert _closed(sock)
+        with _connect(served) as sock:  # connected, never asked: closed, nothing to answer
+            assert _closed(sock)
+        with _connect(served) as sock:  # a trickle keeps no connection past the timeout
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+            for _ in range(8):
+                time.sleep(0.1)
+                sock.sendall(b"X: y\r\n")
+            [(status, _, _)] = _responses(sock, 1)
+            assert status == b"HTTP/1.1 408 Request Timeout"
+        with _connect(served) as sock:  # between requests the keep-alive (60 s) applies
+            for _ in range(3):
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert _responses(sock, 1)[0][0] == b"HTTP/1.1 200 OK"
+                time.sleep(0.4)
+            time.sleep(0.4)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _responses(sock, 1)[0][0] == b"HTTP/1.1 200 OK"
+
+
+def _asked(served: Served) -> socket.socket:
+    sock = _connect(served)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _responses(sock, 1)[0][0] == b"HTTP/1.1 200 OK"
+    return sock
+
+
+def test_at_the_connection_limit_the_longest_idle_connection_makes_room(tmp_path: Path) -> None:
+    with _limited(tmp_path, Limits(max_connections=2)) as served:
+        first, second = _asked(served), _asked(served)
+        third = _asked(served)  # answered: the first, idle longest, was closed for it
+        assert _closed(first)
+        for sock in (second, third):
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _responses(sock, 1)[0][0] == b"HTTP/1.1 200 OK"
+        for sock in (first, second, third):
+            sock.close()
+
+
+def test_at_the_connection_limit_with_none_idle_a_request_gets_503(tmp_path: Path) -> None:
+    with _limited(tmp_path, Limits(max_connections=2)) as served:
+        admitted = served.client.post(
+            "/rollout", content=json.dumps({**json.loads(ADMIT), "metadata": {"sleep": 2}})
+        )
+        token = admitted.json()["polling_lease_token"]
+        while served.client.get("/health").json()["concurrency"]["running"] == 0:
+            time.sleep(0.01)  # then running for 2 s: a poll waits for its next change
+        served.client.close()
+        while served.server.server_state.connections:  # the server saw it go
+            time.sleep(0.01)
+        poll = b"GET /rollout/r1/result HTTP/1.1\r\nHost: x\r\nX-Osmosis-Rollout-Lease: %s\r\n\r\n"
+        busy = [_connect(served) for _ in range(2)]
+        for sock in busy:  # both wait for the rollout's next status change
+            sock.sendall(poll % token.encode())
+        time.sleep(0.2)
+        with _connect(served) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            [(status, headers, body)] = _responses(sock, 1)
+            assert (status, headers[b"retry-after"], json.loads(body)) == (
+                b"HTTP/1.1 503 Service Unavailable",
+                b"1",
+                {"detail": "the server has 2 connections open, all busy (its limit); retry"},
+            )
+            assert _closed(sock)
+        for sock in busy:
+            assert _responses(sock, 1)[0][0] == b"HTTP/1.1 200 OK"
+            sock.close()
 
 
 async def _streaming_app(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -367,7 +367,13 @@ def test_a_result_is_retained_for_the_retention_then_forgotten(tmp_path: Path) -
         assert (gone.status_code, gone.json()) == (404, {"detail": "unknown rollout_id"})
         assert served.service.table.entries == {}
         assert served.service.table.timers == 0
-        assert served.post("kept").status_code == 202  # the id is free again
+        # Forgotten by the table, not by the run directory: one id, one results line.
+        again = served.post("kept")
+        assert (again.status_code, again.json()) == (
+            409,
+            {"detail": "rollout_id is already recorded in this server's run directory"},
+        )
+        assert served.post("kept-2").status_code == 202
 
 
 def test_cancel_wants_exactly_one_selector(served: Served) -> None:

@@ -18,9 +18,6 @@ import pytest
 from conftest import results, write_jsonl
 from typer.testing import Result
 
-from osmosis_run.errors import ConfigError
-from osmosis_run.run.workspace import read_dotenv
-
 Cli = Callable[..., Result]
 SECRET = "tok-workspace-secret-0123456789"
 
@@ -291,19 +288,42 @@ def test_a_module_level_local_backend_is_what_runs(cli: Cli, workspace: Path) ->
     assert 'workflow_config = "main:backend.workflow_config"' in Path("run/run.toml").read_text()
 
 
-def test_read_dotenv(tmp_path: Path) -> None:
-    path = tmp_path / ".env"
-    path.write_text("A=1\nexport B = 'two words'\n# note\n\nC=\"x#y\"\nD=v # comment\n")
-    assert read_dotenv(path) == {"A": "1", "B": "two words", "C": "x#y", "D": "v"}
-    path.write_text("A=1\nthis line holds sk-secret\n")
-    with pytest.raises(ConfigError) as caught:
-        read_dotenv(path)
-    assert str(caught.value) == f"{path}:2: expected NAME=value (a dotenv line)"
-    with pytest.raises(ConfigError) as caught:
-        read_dotenv(tmp_path / "missing.env")
-    assert str(caught.value) == (
-        f"cannot read secrets file {tmp_path / 'missing.env'}: No such file or directory"
+def test_a_secrets_file_value_wins_over_the_environment_even_empty(
+    cli: Cli, workspace: Path
+) -> None:
+    os.environ["WS_TOKEN"] = SECRET
+    Path("secrets.env").write_text("WS_TOKEN=\n")
+    result = cli(
+        "validate", "--config", config_of(workspace), "--secrets-file", "secrets.env",
+        "--dataset-file", str(workspace / "data" / "rows.jsonl"),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert os.environ["WS_TOKEN"] == ""
+
+
+def test_an_empty_environment_variable_is_no_secret(cli: Cli, workspace: Path) -> None:
+    os.environ["WS_TOKEN"] = ""
+    Path("secrets.env").write_text("OTHER=1\n")
+    result = cli(
+        "validate", "--config", config_of(workspace), "--secrets-file", "secrets.env",
+        "--dataset-file", str(workspace / "data" / "rows.jsonl"),
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: [secrets] requires WS_TOKEN, not set in secrets.env or the environment: export "
+        "it, or give --secrets-file FILE (a dotenv file of NAME=value lines)\n"
     )
+
+
+def test_a_malformed_secrets_file_names_the_line(cli: Cli, workspace: Path) -> None:
+    Path("secrets.env").write_text(f"# local\n\nWS_TOKEN {SECRET}\n")
+    result = cli(
+        "eval", "--config", config_of(workspace), "--secrets-file", "secrets.env",
+        "--dataset-file", str(workspace / "data" / "rows.jsonl"), "--out", "run",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr == "error: secrets.env:3: expected NAME=value (a dotenv line)\n"
+    assert not Path("run").exists()
 
 
 @pytest.mark.skipif(

@@ -23,12 +23,12 @@ import typer
 from osmosis_run.cli import exit_codes, options
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from osmosis_run.sdk.backend import LocalBackend
     from osmosis_run.server.settings import ServeSettings
 
 _SERVE = "Server"
-# The SDK scaffold's keep-alive: a trainer keeps its connections open between rollouts.
-KEEP_ALIVE_S = 2160
 SERVE_HELP = (
     "Exit codes: 0 served and stopped on SIGINT or SIGTERM; 2 the workflow, a config or the "
     "run directory cannot be used, or the port cannot be listened on (nothing was served)."
@@ -94,6 +94,14 @@ def serve_command(
         str | None,
         _opt("--out", "-o", help="Run directory (default runs/serve-<UTC time>-<pid>)."),
     ] = None,
+    keep_alive: Annotated[
+        int | None,
+        _opt(
+            "--keep-alive",
+            help="Seconds a connection with no request under way stays open (default 10; "
+            "behind a load balancer, more than its idle timeout: 2160 on the Osmosis platform).",
+        ),
+    ] = None,
 ) -> None:
     """Serve a workflow (and grader) over the rollout protocol, recording every rollout.
 
@@ -119,6 +127,7 @@ def serve_command(
         "retention": retention,
         "concurrency": concurrency,
         "out": out,
+        "keep_alive": keep_alive,
     }
     raise typer.Exit(run_serve(components, serving, config))
 
@@ -154,7 +163,7 @@ def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path 
         listener.close()
         render.print_error(exc)
         return exit_codes.USAGE
-    return _serve(app, listener)
+    return _serve(app, listener, settings)
 
 
 class _Unusable(Exception):
@@ -214,20 +223,14 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def _serve(app: Any, listener: socket.socket) -> int:
-    """Run uvicorn on the socket until SIGINT or SIGTERM; then stop gracefully."""
+def _uvicorn_server(app: Any, settings: ServeSettings) -> uvicorn.Server:
+    """uvicorn on osmosis-run's HTTP/1.1 protocol, without its own signal handling (ours stops
+    admissions first)."""
     import uvicorn
 
-    from osmosis_run.cli import render
-
-    service = app.state.rollouts
-    host, port = listener.getsockname()[:2]
-    render.err.print(f"osmosis-run serve: listening on {_url(host, port)}", markup=False)
-    render.err.print(f"osmosis-run serve: recording to {service.run_dir}", markup=False)
+    from osmosis_run.server.http1 import HttpProtocol
 
     class Server(uvicorn.Server):
-        """uvicorn without its own signal handling: ours stops admissions first."""
-
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:
             yield
@@ -235,19 +238,32 @@ def _serve(app: Any, listener: socket.socket) -> int:
         def install_signal_handlers(self) -> None:
             pass
 
-    from osmosis_run.run.scheduler import run_to_completion
-    from osmosis_run.run.threads import WorkerThreads, default_size
-    from osmosis_run.server.http1 import HttpProtocol
-
     config = uvicorn.Config(
         app,
-        http=HttpProtocol,  # lighter than h11 in Python; one write per response
+        # Lighter than h11 in Python, one write per response; it also holds the request timeout,
+        # the body limit and the connection limit (its Limits' defaults, in the README).
+        http=HttpProtocol,
         log_level="warning",
         access_log=False,
-        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_keep_alive=settings.keep_alive,
         lifespan="on",
     )
-    server = Server(config)
+    return Server(config)
+
+
+def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
+    """Run uvicorn on the socket until SIGINT or SIGTERM; then stop gracefully."""
+    from osmosis_run.cli import render
+
+    service = app.state.rollouts
+    host, port = listener.getsockname()[:2]
+    render.err.print(f"osmosis-run serve: listening on {_url(host, port)}", markup=False)
+    render.err.print(f"osmosis-run serve: recording to {service.run_dir}", markup=False)
+
+    from osmosis_run.run.scheduler import run_to_completion
+    from osmosis_run.run.threads import WorkerThreads, default_size
+
+    server = _uvicorn_server(app, settings)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -269,6 +285,14 @@ def _serve(app: Any, listener: socket.socket) -> int:
                 os._exit(exit_codes.INTERRUPTED)
             loop.call_soon_threadsafe(stop)
 
+        def recording_failed(exc: Exception) -> None:
+            render.err.print(
+                f"osmosis-run serve: error: {exc}; stopping (exit {exit_codes.INFRASTRUCTURE})",
+                markup=False,
+            )
+            server.should_exit = True
+
+        service.on_recording_failed = recording_failed
         previous = {sig: signal.signal(sig, on_signal) for sig in exit_codes.STOP_SIGNALS}
         try:
             await server.serve(sockets=[listener])
@@ -299,4 +323,6 @@ def _serve(app: Any, listener: socket.socket) -> int:
         f"osmosis-run serve: stopped; {summary.rollouts} rollout(s) recorded in {service.run_dir}",
         markup=False,
     )
+    if service.recording_error is not None:
+        return exit_codes.INFRASTRUCTURE
     return exit_codes.OK

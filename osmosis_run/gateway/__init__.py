@@ -5,7 +5,7 @@ When ``eval`` has a model endpoint, it starts a loopback OpenAI-compatible gatew
 ``chat_completions_url = http://127.0.0.1:<port>/v1/rollouts/<rollout id>`` and a random
 per-run key; only the gateway holds the provider key and talks to the upstream.
 
-    _http.py       a small HTTP/1.1 server (asyncio streams)
+    _http.py       a small HTTP/1.1 server (asyncio streams): its limits and refusals
     _client.py     the lean keep-alive client chat completions go upstream with
     proxy.py       routes, auth, forwarding and SSE relay, retries, usage, records
     pacing.py      the adaptive in-flight limit, rpm/tpm budgets, back-off and Retry-After

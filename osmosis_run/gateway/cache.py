@@ -5,8 +5,11 @@ messages, tools, sampling parameters, ``stream``: everything the client sent exc
 ``stream_options``; the API key is a header and never part of it), plus the rollout's sample
 index and how many identical requests the rollout made before this one. So ``-n 4`` with
 ``temperature > 0`` caches four samples per row and replays each sample's own; a workflow that
-asks the same thing twice gets its first and second answers back in order. Only successful
-responses are stored: a whole JSON body, or a stream's server-sent events as they came.
+asks the same thing twice gets its first and second answers back in order. Only complete,
+successful responses are stored: a 200 whose body is a JSON object without an ``error``, or a
+200 stream's server-sent events as they came, when it ended with ``data: [DONE]`` and carried no
+error event. A body cut short, a stream cut or ended early, an answer that says it failed is
+never stored: a replay would serve it as a success.
 
 Modes: ``read-write`` (hits are served, misses go upstream and are stored), ``read-only``
 (misses are errors: the run works offline), ``refresh`` (never read, always stored).

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from osmosis_run._redact import Redactor
 from osmosis_run.errors import ConfigError
-from osmosis_run.gateway._http import start_server
+from osmosis_run.gateway._http import Limits, start_server
 from osmosis_run.gateway.accounting import Ledger, LiveStats, usage_of
 from osmosis_run.gateway.cache import CacheMode, ModelCache
 from osmosis_run.gateway.preflight import preflight
@@ -50,6 +50,7 @@ class Gateway:
         cache_path, cache_mode: the response cache (None: no cache).
         token_price: USD per million prompt and completion tokens (None: no cost).
         check: whether to run the preflight.
+        limits: what its listener allows the rollouts' connections (timeouts, how many, sizes).
     """
 
     def __init__(
@@ -62,8 +63,10 @@ class Gateway:
         cache_mode: CacheMode = "read-write",
         token_price: tuple[float, float] | None = None,
         check: bool = True,
+        limits: Limits | None = None,
     ) -> None:
         self.config = config
+        self.limits = limits or Limits()
         self.api_key = config.run_key
         self.token_price = token_price
         self.ledger = Ledger()
@@ -213,7 +216,7 @@ class Gateway:
         )
         self.proxy = proxy
         try:
-            server = await start_server(proxy)
+            server = await start_server(proxy, limits=self.limits)
         except OSError as exc:
             await proxy.close()
             raise ConfigError(f"the model gateway cannot listen on 127.0.0.1: {exc}") from None

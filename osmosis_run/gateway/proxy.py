@@ -7,9 +7,13 @@ Routes (``<id>`` is the rollout id; ``/v1/...`` without it works too, unaccounte
     *    /v1/rollouts/<id>/<path>             proxied to <upstream>/<path> unchanged
 
 Every request needs ``Authorization: Bearer <the run's key>`` (401 otherwise); the upstream
-gets the provider key instead. A chat completion retried after 429, 5xx or a dropped
-connection is one slow call to the workflow; the answers the gateway makes itself carry
-``x-should-retry: false`` so that the OpenAI SDK does not retry on top of it.
+gets the provider key instead. A chat body the gateway cannot forward as JSON is a 400 saying
+why: not UTF-8, not a JSON object, ``NaN`` / ``Infinity`` (or a number past a float's range), a
+lone surrogate in a string, nesting past ``MAX_DEPTH``.
+
+A chat completion retried after 429, 5xx or a dropped connection is one slow call to the
+workflow; the answers the gateway makes itself carry ``x-should-retry: false`` so that the
+OpenAI SDK does not retry on top of it.
 """
 
 from __future__ import annotations
@@ -17,16 +21,19 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
+from osmosis_run._json import unencodable
 from osmosis_run._redact import Redactor
 from osmosis_run.gateway._client import UpstreamClient, UpstreamError, UpstreamReply
-from osmosis_run.gateway._http import Request, Response
+from osmosis_run.gateway._http import Request, Response, error_body
 from osmosis_run.gateway.accounting import Ledger, RolloutUsage
 from osmosis_run.gateway.cache import ModelCache, cache_key, request_digest
 from osmosis_run.gateway.pacing import AdaptiveLimit, Budget, backoff, retry_after
@@ -39,6 +46,9 @@ RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504, 520, 522, 524, 529})
 _JSON = ("content-type", "application/json")
 _NO_RETRY = ("x-should-retry", "false")
 _PASSED_HEADERS = ("content-type", "x-request-id", "openai-processing-ms")
+# orjson's nesting limit: the body is sent and its call recorded with it.
+MAX_DEPTH = 254
+_TOO_DEEP = f"the request body is nested more than {MAX_DEPTH} levels deep"
 
 
 def upstream_base(url: str) -> str:
@@ -75,6 +85,7 @@ class _Sent:
     stream: UpstreamReply | None = None
     error: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    tries: int = 0  # upstream attempts made
 
 
 class Proxy:
@@ -158,16 +169,15 @@ class Proxy:
 
     async def _chat(self, rollout_id: str | None, request: Request, response: Response) -> None:
         try:
-            body = json.loads(request.body)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            await _error(response, 400, "the request body must be a JSON object", "invalid_json")
+            body = _chat_body(request.body)
+            if self.config.model:
+                body["model"] = self.config.model
+            content = _encoded(body)
+        except _Unsendable as exc:
+            await _error(response, 400, str(exc), exc.code)
             return
-        if self.config.model:
-            body["model"] = self.config.model
         account = self.ledger.account(rollout_id) if rollout_id else None
-        call = _Call(self, rollout_id, account, body, size=len(request.body))
+        call = _Call(self, rollout_id, account, body, content, size=len(request.body))
         live = self.ledger.live
         live.in_flight += 1
         live.calls += 1
@@ -191,7 +201,7 @@ class Proxy:
             number += 1
             sent = await self._attempt(url, content, stream=stream, deadline=deadline)
             if sent.error is None and sent.status not in RETRIED_STATUSES:
-                sent.attempts = attempts
+                sent.attempts, sent.tries = attempts, number
                 return sent
             wait = backoff(
                 number,
@@ -213,7 +223,7 @@ class Proxy:
             late = deadline is not None and time.monotonic() + delay > deadline
             if number > self.config.model_retries or late:
                 attempts[-1]["gave_up"] = "deadline" if late else "retries"
-                sent.attempts = attempts
+                sent.attempts, sent.tries = attempts, number
                 return sent
             attempts[-1]["retry_in_s"] = round(delay, 3)
             call.retried()
@@ -270,6 +280,7 @@ class _Call:
         rollout_id: str | None,
         account: RolloutUsage | None,
         body: dict[str, Any],
+        content: bytes,
         *,
         size: int,
     ) -> None:
@@ -277,6 +288,7 @@ class _Call:
         self.rollout_id = rollout_id
         self.account = account
         self.body = body
+        self.content = content  # the body as JSON, as it goes upstream
         # Compact JSON of a parsed document is never longer than the document (bar a model
         # put in by --model), so a body this small is recorded as it is, not dumped and parsed.
         self.small = size + len(proxy.config.model or "") <= proxy.recorder.max_body_bytes
@@ -289,6 +301,7 @@ class _Call:
         self.response_record: Any = None
         self.error: str | None = None
         self.attempts: list[dict[str, Any]] = []
+        self.tries = 0  # upstream attempts made (none for a replay)
         self.key: str | None = None
         self.fresh = False
         self.done = False
@@ -326,9 +339,9 @@ class _Call:
             await self._whole(response)
 
     async def _whole(self, response: Response) -> None:
-        content = _dumps(self.body)
-        sent = await self.proxy.send(self, content, stream=False)
+        sent = await self.proxy.send(self, self.content, stream=False)
         self.attempts = sent.attempts
+        self.tries += sent.tries
         if sent.error is not None:
             await self._fail(response, 502, sent.error, "upstream_error")
             return
@@ -336,9 +349,11 @@ class _Call:
         body = self.proxy.redactor.text_bytes(sent.body)
         parsed = self._record_response(body)
         if sent.status == 200:
-            self.usage = _usage_of(parsed if body is sent.body else _loads(sent.body))
-            if self.key is not None and self.proxy.cache is not None:
-                self.proxy.cache.put(self.key, "json", sent.body)
+            document = parsed if body is sent.body else _loads(sent.body)
+            self.usage = _usage_of(document)
+            self.error = _not_a_completion(document, self.proxy.base)
+            if self.error is None and self.key is not None and self.proxy.cache is not None:
+                self.proxy.cache.put(self.key, "json", sent.body)  # only a complete answer
         else:
             self.error = _brief(body)
         headers = _passed(sent.headers)
@@ -355,7 +370,8 @@ class _Call:
         added = not wants_usage and self.proxy._stream_usage
         if added:
             body = {**body, "stream_options": {**asked, "include_usage": True}}
-        sent = await self.proxy.send(self, _dumps(body), stream=True)
+        sent = await self.proxy.send(self, _dumps(body) if added else self.content, stream=True)
+        self.tries += sent.tries
         if (
             added
             and sent.status == 400
@@ -363,7 +379,8 @@ class _Call:
         ):
             self.proxy._stream_usage = False  # an upstream without usage in streams
             added = False
-            sent = await self.proxy.send(self, _dumps(self.body), stream=True)
+            sent = await self.proxy.send(self, self.content, stream=True)
+            self.tries += sent.tries
         self.attempts = sent.attempts
         if sent.error is not None:
             await self._fail(response, 502, sent.error, "upstream_error")
@@ -386,7 +403,10 @@ class _Call:
         *,
         drop_usage: bool,
     ) -> None:
-        """Pass a stream's events to the client as each arrives; note what they say."""
+        """Pass a stream's events to the client as each arrives; note what they say.
+
+        Only a stream that ended with ``data: [DONE]`` and carried no error is cached.
+        """
         state: dict[str, Any] = {"chunks": 0}
         content: list[str] = []
         kept: list[bytes] = []
@@ -401,12 +421,14 @@ class _Call:
                     kept.append(event)  # the cache keeps it all, usage chunk included
                     if _read_event(event, state, content) and drop_usage:
                         continue  # the usage-only chunk the client did not ask for
-                    if b"[DONE]" in event:
+                    if b"[DONE]" in event and "done" in state:
                         self._streamed_to_end(state, content)
                     await response.write(self.proxy.redactor.text_bytes(event))
-            if buffer.strip():
+            if buffer.strip():  # a last event without its blank line
                 kept.append(buffer)
-                await response.write(buffer)
+                _read_event(buffer, state, content)
+                await response.write(self.proxy.redactor.text_bytes(buffer))
+            self._streamed_to_end(state, content)  # counted before the workflow sees the end
             await response.end()
             ok = True
         except UpstreamError as exc:
@@ -419,7 +441,8 @@ class _Call:
             await upstream.aclose()
             self.proxy.done_streaming(ok=ok)
             self._streamed_to_end(state, content)
-            if ok and self.key is not None and self.proxy.cache is not None:
+            complete = ok and self.error is None and "error" not in state
+            if complete and self.key is not None and self.proxy.cache is not None:
                 self.proxy.cache.put(self.key, "sse", b"".join(kept))
 
     async def _replay(self, response: Response, kind: str, data: bytes) -> None:
@@ -436,7 +459,7 @@ class _Call:
             for event in _events(data):
                 if _read_event(event, state, content) and not wants_usage:
                     continue
-                if b"[DONE]" in event:
+                if b"[DONE]" in event and "done" in state:
                     self._streamed_to_end(state, content)
                 await response.write(self.proxy.redactor.text_bytes(event))
             await response.end()
@@ -475,10 +498,19 @@ class _Call:
             self.account.retries += 1
 
     def _streamed_to_end(self, state: dict[str, Any], content: list[str]) -> None:
-        if not self.done:
-            self.usage = state.get("usage")
-            self.response_record = stream_summary(content, state)
-            self.finish()
+        if self.done:
+            return
+        self.usage = state.get("usage")
+        self.response_record = stream_summary(content, state)
+        if self.error is None and "error" in state:
+            self.error = (
+                f"upstream {self.proxy.base}: the stream carried an error ({state['error']})"
+            )
+        elif self.error is None and "done" not in state:
+            self.error = (
+                f"upstream {self.proxy.base}: the stream ended before data: [DONE] (mid-stream)"
+            )
+        self.finish()
 
     def finish(self) -> None:
         """Count the call in its rollout's usage and write its record (once)."""
@@ -489,17 +521,17 @@ class _Call:
         live = self.proxy.ledger.live
         tokens = 0
         account = self.account
+        # A failed call: an error status, or a 200 that was cut off or said it failed.
+        failed = self.status != 200 or self.error is not None
         if account is not None:
             account.requests += 1
             account.wait_ms += elapsed_ms
             tokens = account.add_tokens(self.usage)
-            if self.status != 200:
-                account.errors += 1
+            account.errors += failed
         else:
             tokens = RolloutUsage().add_tokens(self.usage)
         live.tokens += tokens
-        if self.status != 200:
-            live.errors += 1
+        live.errors += failed
         if self.proxy.tpm is not None and tokens:
             self.proxy.tpm.charge(tokens)
         if account is None or not account.opened:
@@ -509,13 +541,13 @@ class _Call:
             "started_at": round(self.started_at, 3),
             "ms": round(elapsed_ms, 3),
             "status": self.status,
-            "attempt": len(self.attempts) + (0 if self.cached else 1),
+            "attempt": self.tries,
             "stream": self.stream,
             "cached": self.cached,
             "model": self.body.get("model"),
             "request": self.body
             if self.small
-            else capped(_dumps(self.body), self.proxy.recorder.max_body_bytes),
+            else capped(self.content, self.proxy.recorder.max_body_bytes),
             "response": self.response_record,
             "usage": self.usage,
             "error": self.error,
@@ -526,30 +558,47 @@ class _Call:
 
 
 def _read_event(event: bytes, state: dict[str, Any], content: list[str]) -> bool:
-    """Note what one SSE event says; True when it is a usage-only chunk (no choices)."""
-    usage_only = False
+    """Note what one SSE event says; True when it is a usage-only chunk (no choices).
+
+    ``state`` gets ``done`` at ``data: [DONE]`` and ``error`` at an error (an ``event: error``,
+    or a ``data: {"error": ...}`` as vLLM and others send).
+    """
+    usage_only = failed = False
     for line in event.split(b"\n"):
         if not line.startswith(b"data:"):
+            if line.startswith(b"event:") and line[6:].strip() == b"error":
+                failed = True
+                state.setdefault("error", "an error event")
             continue
         payload = line[5:].strip()
-        if not payload or payload == b"[DONE]":
+        if payload == b"[DONE]":
+            state["done"] = True
             continue
         try:
-            chunk = json.loads(payload)
+            chunk = json.loads(payload) if payload else None
         except ValueError:
             continue
-        if not isinstance(chunk, dict):
-            continue
-        state["chunks"] += 1
-        state["model"] = chunk.get("model", state.get("model"))
-        if isinstance(chunk.get("usage"), dict):
-            state["usage"] = chunk["usage"]
-        choices = chunk.get("choices")
-        if not choices:
-            usage_only = usage_only or isinstance(chunk.get("usage"), dict)
-            continue
-        _read_choice(choices[0], state, content)
+        if isinstance(chunk, dict):
+            usage_only = _read_chunk(chunk, state, content, failed=failed) or usage_only
     return usage_only
+
+
+def _read_chunk(
+    chunk: dict[str, Any], state: dict[str, Any], content: list[str], *, failed: bool
+) -> bool:
+    """Note what one chunk says; True when it is a usage-only chunk."""
+    if failed or chunk.get("error"):
+        state["error"] = _error_message(chunk.get("error") or chunk)
+        return False
+    state["chunks"] += 1
+    state["model"] = chunk.get("model", state.get("model"))
+    if isinstance(chunk.get("usage"), dict):
+        state["usage"] = chunk["usage"]
+    choices = chunk.get("choices")
+    if not choices:
+        return isinstance(chunk.get("usage"), dict)
+    _read_choice(choices[0], state, content)
+    return False
 
 
 def _read_choice(choice: Any, state: dict[str, Any], content: list[str]) -> None:
@@ -599,10 +648,105 @@ def _usage_of(body: Any) -> dict[str, Any] | None:
     return usage if isinstance(usage, dict) else None
 
 
+class _Unsendable(Exception):
+    """A chat body the gateway will not forward (answered 400 with this message)."""
+
+    def __init__(self, message: str, code: str = "invalid_json") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _chat_body(raw: bytes) -> dict[str, Any]:
+    """A chat request's body: a JSON object in UTF-8, without NaN or infinities.
+
+    Raises:
+        _Unsendable: it is not.
+    """
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        where = f"byte 0x{raw[exc.start]:02x} at {exc.start}"
+        raise _Unsendable(f"the request body is not UTF-8 text ({where})") from None
+    try:
+        body = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise _Unsendable(_TOO_DEEP, "too_deeply_nested") from None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise _Unsendable("the request body must be a JSON object")
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    raise _Unsendable(f"the request body holds {name}, which is not JSON; send a number or null")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _Unsendable(
+            f"the request body holds {text}, past a float's range; send a smaller number"
+        )
+    return value
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    """The body as it goes upstream (compact UTF-8 JSON).
+
+    Raises:
+        _Unsendable: a string holds a lone surrogate, or it nests past ``MAX_DEPTH``.
+    """
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:  # rare: say why (or take json's way for big integers)
+        pass
+    problem = unencodable(body, path="")
+    if problem is not None:
+        raise _Unsendable(f"the request body cannot be sent: {problem}")
+    if _depth(body) > MAX_DEPTH:
+        raise _Unsendable(_TOO_DEEP, "too_deeply_nested")
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in ``value`` (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def _dumps(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
-    )
+    """A body ``_encoded`` took, changed by the gateway, as JSON again."""
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:  # integers past 64 bits
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _not_a_completion(document: Any, base: str) -> str | None:
+    """Why a 200's body is not a completion (None when it is one, to be counted and cached)."""
+    if not isinstance(document, dict):
+        return f"upstream {base}: a 200 answer that is not a JSON object"
+    if document.get("error"):
+        return (
+            f"upstream {base}: a 200 answer carrying an error ({_error_message(document['error'])})"
+        )
+    return None
+
+
+def _error_message(error: Any) -> str:
+    """The message of an error the upstream sent (an object with ``message``, or text), short."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])[:300]
+    if isinstance(error, str):
+        return error[:300]
+    return json.dumps(error)[:300]
 
 
 def _passed(headers: Any) -> list[tuple[str, str]]:
@@ -634,7 +778,4 @@ def _describe(exc: httpx.HTTPError) -> str:
 
 
 async def _error(response: Response, status: int, message: str, code: str) -> None:
-    body = json.dumps(
-        {"error": {"message": message, "type": "osmosis_run_gateway", "code": code}}
-    ).encode()
-    await response.send(status, [_JSON, _NO_RETRY], body)
+    await response.send(status, [_JSON, _NO_RETRY], error_body(message, code))

@@ -3,7 +3,9 @@
 A line holds the call's number in its rollout, when it started and how long it took, the
 status the workflow got, how many upstream attempts it took (and each earlier attempt's status
 and error), whether it came from the cache, the request and response bodies, and its usage.
-Bodies over ``max_body_bytes`` are cut, with a marker saying how long they were. Every secret
+Bodies over ``max_body_bytes`` are cut, with a marker saying how long they were; a body JSON
+cannot hold as it is (an upstream's answer with a lone surrogate, or nested past the encoder's
+limit) is kept as its escaped text (``{"unencodable": true, ...}``). Every secret
 (the provider key, the run's key) is redacted. The gateway is this file's only writer; a
 rollout's first call in an invocation starts the file over, so a re-run rollout (``--retry-
 failed``) keeps only its own calls.
@@ -35,6 +37,14 @@ def capped(data: bytes, limit: int) -> Any:
         return json.loads(data)
     except ValueError:
         return data.decode("utf-8", "replace")
+
+
+def _as_text(value: Any, limit: int) -> dict[str, Any]:
+    try:
+        text = json.dumps(value)  # ASCII: a lone surrogate is escaped
+    except (RecursionError, ValueError):
+        text = "(too deeply nested to write)"
+    return {"unencodable": True, "bytes": len(text), "head": text[:limit]}
 
 
 def stream_summary(content: list[str], state: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +95,10 @@ class CallRecorder:
         """
         if not self.enabled or not rollout_id:
             return
-        data = encode(record) + b"\n"
+        try:
+            data = encode(record) + b"\n"
+        except ValueError:  # a body JSON cannot hold as it is: kept as text
+            data = encode(self._writable(record)) + b"\n"
         if self.redactor:
             data = self.redactor.text_bytes(data)
         try:
@@ -93,6 +106,17 @@ class CallRecorder:
         except OSError:
             self.failures += 1
             self._forget(rollout_id)
+
+    def _writable(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` with each value ``encode`` refuses replaced by its escaped text."""
+        writable = {}
+        for key, value in record.items():
+            try:
+                encode(value)
+            except ValueError:
+                value = _as_text(value, self.max_body_bytes)
+            writable[key] = value
+        return writable
 
     def _file(self, rollout_id: str, *, fresh: bool) -> BinaryIO:
         file = self._open.get(rollout_id)

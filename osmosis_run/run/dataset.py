@@ -56,12 +56,16 @@ __all__ = [
     "check_file",
     "count_rows",
     "dataset_stem",
+    "dotted",
+    "find_lone_surrogate",
     "is_stream",
     "iter_rows",
     "no_rows_hint",
     "parse_row",
     "rollout_id",
     "row_part",
+    "too_deep",
+    "too_deep_at",
 ]
 
 MAX_NESTING = 64
@@ -471,7 +475,7 @@ def _json_cell(column: str, text: str) -> Any:
     except ValueError as exc:  # an integer of more digits than int() reads
         raise _RowProblem(_bad_number(exc)) from None
     holder = {column: value}
-    if text.count("{") + text.count("[") >= MAX_NESTING and _too_deep(holder):
+    if text.count("{") + text.count("[") >= MAX_NESTING and too_deep(holder):
         raise _RowProblem(_TOO_DEEP)
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         problem = _lone_surrogate(holder)
@@ -557,7 +561,7 @@ def _json_object(text: str) -> dict[str, Any]:
         raise _RowProblem(f"a row must be a JSON object (got {_json_kind(data)})")
     # Cheap C-level tests first: only a line with that many brackets can be that deep, and
     # only an escape can make a lone surrogate (the line itself is valid UTF-8).
-    if text.count("{") + text.count("[") > MAX_NESTING and _too_deep(data):
+    if text.count("{") + text.count("[") > MAX_NESTING and too_deep(data):
         raise _RowProblem(_TOO_DEEP)
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         problem = _lone_surrogate(data)
@@ -592,38 +596,71 @@ def _bad_number(exc: ValueError) -> str:
     )
 
 
-def _too_deep(data: dict[str, Any]) -> bool:
+def too_deep(data: dict[str, Any] | list[Any]) -> bool:
     """True when objects and arrays nest deeper than ``MAX_NESTING`` (walked, not recursed)."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
+    return too_deep_at(data) is not None
+
+
+def too_deep_at(data: dict[str, Any] | list[Any]) -> list[str | int] | None:
+    """The path of the first object or array nested deeper than ``MAX_NESTING``, or None."""
+    stack: list[tuple[list[str | int], Any]] = [([], data)]
     while stack:
-        item, depth = stack.pop()
-        if depth > MAX_NESTING:
-            return True
-        for child in item.values() if isinstance(item, dict) else item:
+        path, item = stack.pop()
+        if len(path) >= MAX_NESTING:
+            return path
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in children:
             if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
-    return False
+                stack.append(([*path, key], child))
+    return None
 
 
 def _lone_surrogate(data: dict[str, Any]) -> str | None:
     """Name the first string (or key) that holds a lone surrogate, e.g. ``"metadata.k"``."""
-    stack: list[tuple[str, Any]] = [("", data)]
+    found = find_lone_surrogate(data)
+    if found is None:
+        return None
+    path, bad, is_key = found
+    where = dotted(path)
+    if is_key:
+        owner = f'"{where}" has a key' if where else "a key"
+        return f"{owner} that holds a lone surrogate ({bad}); {_VALID_TEXT}"
+    return f'"{where}" holds a lone surrogate ({bad}); {_VALID_TEXT}'
+
+
+def find_lone_surrogate(data: Any) -> tuple[list[str | int], str, bool] | None:
+    """The first string or key, depth first, that holds a lone surrogate such as ``"\\ud800"``.
+
+    Returns its path (keys and list indexes; for a key, the path of the object holding it),
+    the surrogate as an escape, and whether it is in a key. Walked, not recursed.
+    """
+    stack: list[tuple[list[str | int], Any]] = [([], data)]
     while stack:
-        where, item = stack.pop()
+        path, item = stack.pop()
         if isinstance(item, dict):
             for key in item:
-                bad = _surrogate_in(key)
+                bad = _surrogate_in(key) if isinstance(key, str) else None
                 if bad is not None:
-                    owner = f'"{where}" has a key' if where else "a key"
-                    return f"{owner} that holds a lone surrogate ({bad}); {_VALID_TEXT}"
-            stack.extend((f"{where}.{k}" if where else k, v) for k, v in reversed(item.items()))
+                    return path, bad, True
+            stack.extend(([*path, k], v) for k, v in reversed(item.items()))
         elif isinstance(item, list):
-            stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+            stack.extend(([*path, i], child) for i, child in reversed(list(enumerate(item))))
         elif isinstance(item, str):
             bad = _surrogate_in(item)
             if bad is not None:
-                return f'"{where}" holds a lone surrogate ({bad}); {_VALID_TEXT}'
+                return path, bad, False
     return None
+
+
+def dotted(path: list[str | int]) -> str:
+    """A field's path as messages name it: ``metadata.k``, ``initial_messages[0].content``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text = f"{text}.{part}" if text else part
+    return text
 
 
 def _surrogate_in(text: str) -> str | None:

@@ -619,7 +619,10 @@ class Scheduler:
         """
         s = plan.settings
         key = s.execution.api_key_value()
-        store = RunStore(plan.run_dir, secrets=tuple(v for v in (key, *plan.secrets) if v))
+        gateway: ModelGateway | None = options.get("gateway")
+        run_key = gateway.api_key if gateway is not None else None  # what rollouts are handed
+        secrets = tuple(v for v in (key, run_key, *plan.secrets) if v)
+        store = RunStore(plan.run_dir, secrets=secrets)
         store.open(plan.fingerprint, fresh=s.output.fresh)
         try:
             scheduler = cls(plan, executor, store, **options)

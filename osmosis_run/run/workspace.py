@@ -5,10 +5,10 @@ do when a run (or ``validate``) is prepared:
 
 - ``[env]`` is set in this process's environment for the run (user code reads it as it would
   in the platform's rollout container).
-- ``[secrets]`` ``required`` names are read from ``--secrets-file`` (a dotenv file) first, then
-  the environment; a missing one stops the run before it starts. Their values are set in the
-  environment, redacted from everything the run writes, and never kept in the settings,
-  ``run.toml`` or any other file.
+- ``[secrets]`` ``required`` names are read from ``--secrets-file`` (a dotenv file, read by
+  python-dotenv) first, then the environment; a missing one stops the run before it starts.
+  Their values are set in the environment, redacted from everything the run writes, and never
+  kept in the settings, ``run.toml`` or any other file.
 - ``[experiment]``'s entrypoint (``rollouts/<rollout>/<entrypoint>``) is imported, and its
   module-level ``LocalBackend`` (osmosis-run's or osmosis-ai's), or else its ``AgentWorkflow``
   and ``Grader`` classes and config instances, become the run's ``--workflow``, ``--grader``,
@@ -18,22 +18,25 @@ do when a run (or ``validate``) is prepared:
 from __future__ import annotations
 
 import inspect
+import io
 import os
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from osmosis_run.errors import ConfigError
 from osmosis_run.run.components import add_import_paths
 from osmosis_run.run.settings import EvalSettings
-from osmosis_run.run.workspace_config import SECRET_NAME
 from osmosis_run.sdk import _osmosis_ai
 from osmosis_run.sdk.backend import LocalBackend
 from osmosis_run.sdk.loading import load_module
 from osmosis_run.sdk.types import AgentWorkflowConfig, GraderConfig
 from osmosis_run.sdk.workflow import AgentWorkflow, Grader
+
+if TYPE_CHECKING:
+    from dotenv.parser import Binding
 
 __all__ = ["open_workspace", "read_dotenv"]
 
@@ -75,14 +78,19 @@ def open_workspace(
 def _read_secrets(
     names: list[str], secrets_file: str | None, env: MutableMapping[str, str]
 ) -> dict[str, str]:
-    """Each required secret's value: the secrets file's, else the environment's."""
+    """Each required secret's value: the secrets file's (even empty), else the environment's.
+
+    A name the file gives is taken from it, ``NAME=`` (empty) included, as osmosis-ai takes
+    it; an empty variable in the environment counts as unset, as it does for osmosis-ai.
+    """
     from_file = read_dotenv(Path(secrets_file)) if secrets_file else {}
     found: dict[str, str] = {}
     missing: list[str] = []
     for name in names:
-        value = from_file.get(name) or env.get(name)
-        if value:
-            found[name] = value
+        if name in from_file:
+            found[name] = from_file[name]
+        elif env.get(name):
+            found[name] = env[name]
         else:
             missing.append(name)
     if missing:
@@ -96,36 +104,49 @@ def _read_secrets(
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
-    """The ``NAME=value`` lines of a dotenv file (``export``, quotes and ``#`` comments allowed).
+    """The values of a dotenv file, read by python-dotenv as ``dotenv_values`` reads them.
+
+    Quotes, escapes in double quotes, values over several lines in quotes (a PEM key),
+    ``export``, ``#`` comments and a UTF-8 BOM are python-dotenv's; ``NAME=`` is an empty
+    value. ``${VAR}`` is kept as written (``interpolate=False``): osmosis-ai 0.3.8 reads its
+    own ``--secrets-file`` without expanding variables, so the same file gives the same values
+    to both tools.
 
     Raises:
-        ConfigError: the file cannot be read, or a line is not ``NAME=value`` (the message
-            gives the line number, never the line: it may hold a secret).
+        ConfigError: the file cannot be read or is not UTF-8, a line is not ``NAME=value``
+            (python-dotenv cannot parse it), or a name has no ``=``; the message gives the
+            line number, never the line: it may hold a secret.
     """
+    from dotenv.parser import parse_stream  # imported here: start-up time
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-        raise ConfigError(f"cannot read secrets file {path}: {reason}") from None
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"cannot read secrets file {path}: not UTF-8 text; save it as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read secrets file {path}: {exc.strerror or exc}") from None
     values: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        line = line.removeprefix("export ").lstrip()
-        name, eq, value = line.partition("=")
-        name = name.strip()
-        if not eq or not SECRET_NAME.match(name.upper()) or not name.isidentifier():
-            raise ConfigError(f"{path}:{number}: expected NAME=value (a dotenv line)")
-        values[name] = _unquote(value.strip())
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error:
+            raise ConfigError(f"{path}:{_line(binding)}: expected NAME=value (a dotenv line)")
+        if binding.key is None:
+            continue  # a comment, or blank lines at the end
+        if binding.value is None:
+            raise ConfigError(
+                f'{path}:{_line(binding)}: a name without "=": write NAME=value '
+                "(NAME= for an empty value)"
+            )
+        values[binding.key] = binding.value
     return values
 
 
-def _unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1]
-    comment = value.find(" #")
-    return value[:comment].rstrip() if comment >= 0 else value
+def _line(binding: Binding) -> int:
+    """The line a binding starts on (python-dotenv's own counts the blank lines before it)."""
+    original = binding.original
+    blank = original.string[: len(original.string) - len(original.string.lstrip())]
+    return original.line + blank.count("\n")
 
 
 def _from_entrypoint(settings: EvalSettings) -> dict[str, str]:

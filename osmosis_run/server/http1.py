@@ -9,11 +9,30 @@ server is asked: small JSON requests on keep-alive connections. A response whose
 whole goes out in one write, head and body together.
 
 What it speaks: HTTP/1.1 and 1.0; requests in order on a connection (pipelined ones wait their
-turn); bodies by ``Content-Length`` or chunked; ``Expect: 100-continue``; ``Connection: close``
-either way; responses with a length, chunked, or (HTTP/1.0) until close. What it refuses, with
-a 400 and a closed connection, as h11 would: a malformed request line or header, a head larger
-than ``h11_max_incomplete_event_size`` (16 KiB by default), conflicting or invalid lengths, a
-transfer coding other than chunked. No WebSocket upgrade (the server has no WebSocket route).
+turn, and reading pauses while they do); bodies by ``Content-Length`` or chunked;
+``Expect: 100-continue``; ``Connection: close`` either way; responses with a length, chunked,
+or (HTTP/1.0) until close. No WebSocket upgrade (the server has no WebSocket route).
+
+What it refuses, at least everything both h11 and httptools refuse (tests/http_cases.py), each
+with a one-line JSON ``{"detail": ...}`` and the close: 400 for a malformed request line
+(anything but printable ASCII in the target included), header line (no colon, a name that is
+not a token, whitespace before the colon, obs-fold, a control byte in a value, a bare LF),
+chunk or trailer, for more than one ``Content-Length`` or ``Host``, a length that is not 1 to
+18 digits, ``Transfer-Encoding`` other than exactly ``chunked`` (or beside a length, or in
+HTTP/1.0); 431 for a head over ``h11_max_incomplete_event_size`` (16 KiB by default); 413 for
+a body over ``Limits.max_body``, from the length in the head, or from the chunk size that
+passes it; 408 for a request that does not arrive in time. After a refusal what the client
+still sends is read and dropped for ``_LINGER_S``, so that it reads the answer, not a reset.
+
+What a connection may hold (``Limits``; the keep-alive is uvicorn's ``timeout_keep_alive``):
+between requests it is closed after the keep-alive; a request's head and body must arrive
+within ``request_timeout_s`` of its first byte (of the accept, for the first one); while the
+app has a request (a long poll waiting, say) no clock runs. At most ``max_connections`` are
+open, and never more than a quarter of the process's open-file limit (the rollouts' own
+connections and files live in the same process): past it a new connection makes room by
+closing the longest-idle one (no request in the app; an idle connection may be closed at any
+time, RFC 9112 §9.5, and its client reconnects), and when none is idle its request gets 503
+with ``retry-after: 1`` and the close.
 
 Standard library only; the ASGI app is uvicorn's (``config.loaded_app``, its proxy-headers
 middleware included).
@@ -23,23 +42,49 @@ from __future__ import annotations
 
 import asyncio
 import http
+import itertools
+import json
 import logging
 import re
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
 from urllib.parse import unquote
 
-__all__ = ["HttpProtocol"]
+__all__ = ["MAX_BODY", "MAX_CONNECTIONS", "REQUEST_TIMEOUT_S", "HttpProtocol", "Limits"]
 
+# A rollout's request is its initial messages: a long-context prompt (a million tokens is some
+# 4 MB of JSON) with a few base64 images still fits; a trainer sends nothing larger.
+MAX_BODY = 32 * 1024 * 1024
+# Head and body on a loopback or data-centre link arrive in milliseconds; 30 s leaves a 32 MiB
+# body room on a slow link and still frees what a stalled or trickling client holds.
+REQUEST_TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 1024  # a trainer's client opens up to 100 (httpx's default pool)
 _MAX_HEAD = 16 * 1024  # h11's default for an incomplete event
 _HIGH_WATER = 65536  # buffered request bytes before reading pauses (uvicorn's limit)
+_LINGER_S = 2.0
 _TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
-_REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([^\x00-\x20\x7f]+) HTTP/1\.([01])")
+_REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([\x21-\x7e]+) HTTP/1\.([01])")
 _HEADER_NAME = re.compile(_TOKEN)
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?")
-_INVALID = b"Invalid HTTP request received."
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?")
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_MAX_LENGTH_DIGITS = 18  # an int64; any real body is far below
+# A connection's clock: between requests (the keep-alive), a request arriving (its timeout),
+# the app has the request (none), a refusal's rest being dropped (the linger).
+_IDLE, _READING, _BUSY, _LINGER = range(4)
+# Orders connections by when their app last had a request (a clock may read the same twice).
+_idle_order = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one server's connections may hold (the README's serve section documents them)."""
+
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # first byte (or accept) to the end of the body
+    max_connections: int = MAX_CONNECTIONS  # open at once (and at most a quarter of NOFILE)
+    max_body: int = MAX_BODY  # bytes of one request's body
 
 
 def _status_line(status: int) -> bytes:
@@ -53,8 +98,30 @@ def _status_line(status: int) -> bytes:
 _STATUS_LINES = {status: _status_line(status) for status in range(100, 600)}
 
 
-class _BadRequest(Exception):
-    """The request cannot be parsed: answer 400 and close."""
+class _Refused(Exception):
+    """The request cannot be taken: answer ``status`` with ``reason`` and close."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _invalid(what: str) -> _Refused:
+    return _Refused(400, f"invalid HTTP request: {what}")
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale and count % scale == 0:
+            return f"{count // scale} {unit}"
+    return f"{count} bytes"
+
+
+def _too_large(limit: int) -> _Refused:
+    size = _size(limit)
+    exact = "" if size.endswith(" bytes") else f" ({limit} bytes)"
+    return _Refused(413, f"request body over the {size} limit{exact}")
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -64,7 +131,17 @@ class HttpProtocol(asyncio.Protocol):
         config: uvicorn's ``Config`` (loaded here if it is not yet).
         server_state: uvicorn's ``ServerState``: its connections, tasks and default headers.
         app_state: the lifespan's state, copied into each request's scope.
+
+    Its ``Limits`` are a class attribute, as uvicorn constructs the protocol itself: serve
+    ``HttpProtocol.limited(Limits(...))`` for others than the defaults.
     """
+
+    limits: ClassVar[Limits] = Limits()
+
+    @classmethod
+    def limited(cls, limits: Limits) -> type[HttpProtocol]:
+        """This protocol under ``limits``, for ``uvicorn.Config(http=...)`` (it takes a class)."""
+        return cast("type[HttpProtocol]", type(cls.__name__, (cls,), {"limits": limits}))
 
     def __init__(
         self,
@@ -86,6 +163,10 @@ class HttpProtocol(asyncio.Protocol):
         self.limit_concurrency: int | None = config.limit_concurrency
         self.max_head: int = config.h11_max_incomplete_event_size or _MAX_HEAD
         self.timeout_keep_alive: float = config.timeout_keep_alive
+        limits = self.limits
+        self.request_timeout = limits.request_timeout_s
+        self.max_body = limits.max_body
+        self.max_connections = _descriptor_cap(limits.max_connections)
         self.app_state = app_state
         self.server_state = server_state
         self.connections: set[Any] = server_state.connections
@@ -98,7 +179,11 @@ class HttpProtocol(asyncio.Protocol):
         self.cycle: _Cycle | None = None  # the request being answered
         self.reading_body: _Cycle | None = None  # the request whose body is arriving
         self.chunks: _Chunks | None = None
-        self.keep_alive_timer: asyncio.TimerHandle | None = None
+        self.phase = _READING
+        self.deadline = 0.0  # when the phase's clock runs out
+        self.timer: asyncio.TimerHandle | None = None  # fires at or before the deadline
+        self.idle_since = 0  # when the app last had a request of it, in _idle_order
+        self.over_limit = False  # opened past the connection limit with none idle to close
         self.read_paused = False
         self.write_paused = False
         self.writable: asyncio.Future[None] | None = None
@@ -107,20 +192,24 @@ class HttpProtocol(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Register the connection with the server."""
-        assert isinstance(transport, asyncio.Transport)
+        """Register the connection with the server; past the limit, make room for it."""
+        # A stream transport (uvloop's is not an asyncio.Transport subclass, only alike).
         self.connections.add(self)
-        self.transport = transport
+        self.transport = transport = cast(asyncio.Transport, transport)
         self.server = _address(transport.get_extra_info("sockname"))
         self.client = _address(transport.get_extra_info("peername"))
         if transport.get_extra_info("sslcontext") is not None:
             self.scheme = "https"
+        self.idle_since = next(_idle_order)
+        self._arm(_READING, self.loop.time() + self.request_timeout)
+        if len(self.connections) > self.max_connections:
+            self.over_limit = not self._make_room()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """The client went away: a request in progress sees ``http.disconnect``."""
         self.connections.discard(self)
         self.closed = True
-        self._stop_keep_alive()
+        self._disarm()
         for cycle in (self.cycle, self.reading_body):
             if cycle is not None:
                 cycle.disconnect()
@@ -134,12 +223,16 @@ class HttpProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """Parse what arrived: bodies for the request reading one, then new requests."""
-        self._stop_keep_alive()
+        phase = self.phase
+        if phase == _IDLE:  # the first byte of the next request: its clock starts
+            self._arm(_READING, self.loop.time() + self.request_timeout)
+        elif phase == _LINGER:
+            return  # the rest of a refused request, dropped
         self.buffer += data
         try:
             self._parse()
-        except _BadRequest:
-            self._refuse()
+        except _Refused as refusal:
+            self._refuse(refusal.status, refusal.reason)
 
     def pause_writing(self) -> None:
         """The transport's buffer is full: responses wait."""
@@ -175,17 +268,26 @@ class HttpProtocol(asyncio.Protocol):
                 return
 
     def _read_head(self) -> bool:
-        """Start the next request if its head is all here (True), else wait (False)."""
+        """Start the next request if its head is all here (True), else wait (False).
+
+        Raises:
+            _Refused: the head is malformed or too large, its body too large, or the server
+                has no room for this connection.
+        """
         buffer = self.buffer
         while buffer[:2] == b"\r\n":  # blank lines before a request are allowed
             del buffer[:2]
         end = buffer.find(b"\r\n\r\n")
         if end < 0 or end > self.max_head:
-            if len(buffer) > self.max_head:
-                raise _BadRequest
+            self._check_partial_head()
             return False
         request = _Head(bytes(buffer[:end]))
         del buffer[: end + 4]
+        if self.over_limit:
+            self._claim_room()
+        length, chunked = request.length, request.chunked
+        if length is not None and length > self.max_body:
+            raise _too_large(self.max_body)
         raw_path, _, query = request.target.partition(b"?")
         path = raw_path.decode("ascii")
         if "%" in path:
@@ -212,18 +314,35 @@ class HttpProtocol(asyncio.Protocol):
             keep_alive=not (request.close or request.http_10),
             expect_continue=request.expect_continue,
         )
-        length, chunked = request.length, request.chunked
         if chunked:
-            self.chunks = _Chunks()
+            self.chunks = _Chunks(self.max_body)
             self.reading_body = cycle
         elif length:
             cycle.remaining = length
             self.reading_body = cycle
         else:
             cycle.more_body = False
+            self.phase = _BUSY  # all of it is here: no clock while the app has it
         self.cycle = cycle
         self._start(cycle)
         return True
+
+    def _check_partial_head(self) -> None:
+        """Refuse a head that is already too large, or that could never end (a bare LF)."""
+        if len(self.buffer) > self.max_head:
+            raise _Refused(431, f"request head over the {_size(self.max_head)} limit")
+        if _BARE_LF.search(self.buffer) is not None:
+            raise _invalid("a line ends in a bare LF (HTTP/1.1 lines end in CRLF)")
+
+    def _claim_room(self) -> None:
+        """Opened past the connection limit: room may have been made since the accept."""
+        if len(self.connections) > self.max_connections and not self._make_room():
+            raise _Refused(
+                503,
+                f"the server has {self.max_connections} connections open, all busy "
+                "(its limit); retry",
+            )
+        self.over_limit = False
 
     def _read_body(self, cycle: _Cycle) -> bool:
         """Hand the buffered body to the request; True once it is all read."""
@@ -242,6 +361,10 @@ class HttpProtocol(asyncio.Protocol):
             self.chunks = None
             cycle.more_body = False
             cycle.wake()
+            if cycle.complete:  # answered before its body was in: now between requests
+                self._between()
+            else:
+                self.phase = _BUSY
         elif len(cycle.body) > _HIGH_WATER:
             self._pause_reading()  # the app reads it first (``receive`` resumes reading)
         return done
@@ -258,24 +381,39 @@ class HttpProtocol(asyncio.Protocol):
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
-    def _refuse(self) -> None:
-        """Answer 400 to what cannot be parsed, and close the connection."""
-        self.logger.warning("Invalid HTTP request received.")
-        if self.cycle is not None and not self.cycle.complete:
-            self.cycle.disconnect()  # the request in progress cannot be answered now
-            if self.cycle.started:
-                self._close()
-                return
+    def _refuse(self, status: int, reason: str) -> None:
+        """Answer ``status`` with ``reason`` (unless a response has begun), then close."""
+        self.logger.warning("Refused an HTTP request (%d): %s", status, reason)
+        started = False
+        for cycle in (self.cycle, self.reading_body):
+            if cycle is not None:
+                started = started or cycle.started
+                if not cycle.complete:
+                    cycle.disconnect()  # the request in progress cannot be answered now
         transport = self.transport
-        if transport is not None and not transport.is_closing():
-            head = [_STATUS_LINES[400]]
-            head += [b"%s: %s\r\n" % pair for pair in self.server_state.default_headers]
-            head.append(
-                b"content-type: text/plain; charset=utf-8\r\n"
-                b"content-length: %d\r\nconnection: close\r\n\r\n" % len(_INVALID)
-            )
-            transport.write(b"".join(head) + _INVALID)
-        self._close()
+        if started or transport is None or transport.is_closing():
+            self._close()
+            return
+        body = json.dumps({"detail": reason}, separators=(",", ":")).encode()
+        head = [_STATUS_LINES[status]]
+        head += [b"%s: %s\r\n" % pair for pair in self.server_state.default_headers]
+        if status == 503:
+            head.append(b"retry-after: 1\r\n")
+        head.append(
+            b"content-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)
+        )
+        transport.write(b"".join(head) + body)
+        if not transport.can_write_eof():
+            self._close()
+            return
+        # Half-close, and drop what still comes for a while: closing with unread bytes would
+        # reset the connection, and a client still sending its body would lose the answer.
+        transport.write_eof()
+        self.buffer.clear()
+        self.reading_body = self.chunks = None
+        self._resume_reading()
+        self._arm(_LINGER, self.loop.time() + _LINGER_S)
 
     # -- after a response -----------------------------------------------------------------
 
@@ -292,25 +430,88 @@ class HttpProtocol(asyncio.Protocol):
         if self.closed or self.transport is None or self.transport.is_closing():
             return
         self._resume_reading()
+        if self.reading_body is None:
+            self._between()
         if self.buffer:
             try:
                 self._parse()
-            except _BadRequest:
-                self._refuse()
+            except _Refused as refusal:
+                self._refuse(refusal.status, refusal.reason)
+
+    # -- clocks and limits ----------------------------------------------------------------
+
+    def _between(self) -> None:
+        """The app has no request of this connection: the keep-alive clock runs, or the next
+        request's if it has begun to arrive."""
+        self.idle_since = next(_idle_order)
+        now = self.loop.time()
+        if self.buffer:
+            self._arm(_READING, now + self.request_timeout)
+        else:
+            self._arm(_IDLE, now + self.timeout_keep_alive)
+
+    def _arm(self, phase: int, deadline: float) -> None:
+        """Enter ``phase``, its clock running out at ``deadline``.
+
+        One timer per connection, moved only when a deadline comes sooner: a timer that fires
+        early re-arms itself for the deadline, so requests in quick succession cost no timer.
+        """
+        self.phase = phase
+        self.deadline = deadline
+        timer = self.timer
+        if timer is not None:
+            if timer.when() <= deadline:
                 return
-        if self.cycle is None and self.reading_body is None and not self.closed:
-            self.keep_alive_timer = self.loop.call_later(
-                self.timeout_keep_alive, self._keep_alive_ended
+            timer.cancel()
+        self.timer = self.loop.call_at(deadline, self._clock, deadline)
+
+    def _clock(self, when: float) -> None:
+        self.timer = None
+        phase = self.phase
+        if phase == _BUSY or self.closed:
+            return
+        if self.deadline > when:
+            self.timer = self.loop.call_at(self.deadline, self._clock, self.deadline)
+        elif phase != _READING:
+            self._close()  # the keep-alive, or the linger, is over
+        elif not self.buffer and self.cycle is None and self.reading_body is None:
+            self._close()  # connected and never asked: nothing to answer
+        else:
+            self._refuse(
+                408,
+                f"the request (head and body) did not arrive within {self.request_timeout:g} s",
             )
 
-    def _keep_alive_ended(self) -> None:
-        self.keep_alive_timer = None
-        self._close()
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
-    def _stop_keep_alive(self) -> None:
-        if self.keep_alive_timer is not None:
-            self.keep_alive_timer.cancel()
-            self.keep_alive_timer = None
+    def _make_room(self) -> bool:
+        """Close the longest-idle other connection (none of its requests in the app); False
+        when there is none."""
+        idle = [
+            connection
+            for connection in self.connections
+            if connection is not self
+            and isinstance(connection, HttpProtocol)
+            and not connection.closed
+            and (
+                connection.phase == _LINGER
+                or (connection.cycle is None and connection.reading_body is None)
+            )
+        ]
+        if not idle:
+            return False
+        min(idle, key=_idle_since)._evict()
+        return True
+
+    def _evict(self) -> None:
+        self.connections.discard(self)  # now: the next accept counts without it
+        self.closed = True
+        self._disarm()
+        if self.transport is not None:
+            self.transport.close()
 
     def _close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -339,11 +540,27 @@ class HttpProtocol(asyncio.Protocol):
         await self.writable
 
 
+def _idle_since(connection: HttpProtocol) -> int:
+    return connection.idle_since
+
+
+def _descriptor_cap(limit: int) -> int:
+    """``limit``, held to a quarter of the open-file limit: past that, accepting would fail."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return limit
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return limit
+    return max(1, min(limit, soft // 4))
+
+
 class _Head:
     """A request's line and headers, parsed and checked.
 
     Raises:
-        _BadRequest: a malformed request line or header, conflicting or invalid framing.
+        _Refused: a malformed request line or header, conflicting or invalid framing.
     """
 
     __slots__ = (
@@ -354,6 +571,7 @@ class _Head:
         "http_10",
         "length",
         "method",
+        "seen_host",
         "target",
     )
 
@@ -361,40 +579,57 @@ class _Head:
         lines = head.split(b"\r\n")
         matched = _REQUEST_LINE.fullmatch(lines[0])
         if matched is None:
-            raise _BadRequest
+            raise _invalid("the request line is not METHOD TARGET HTTP/1.x in printable ASCII")
         method, self.target, minor = matched.groups()
         self.method = method.decode("ascii")
         self.http_10 = minor == b"0"
         self.headers: list[tuple[bytes, bytes]] = []
         self.length: int | None = None
-        self.chunked = self.close = self.expect_continue = False
+        self.chunked = self.close = self.expect_continue = self.seen_host = False
         for line in lines[1:]:
             name, colon, value = line.partition(b":")
             if not colon or _HEADER_NAME.fullmatch(name) is None:
-                raise _BadRequest  # also obsolete line folding (a leading space or tab)
+                # also obsolete line folding (a leading space or tab), and a bare LF
+                raise _invalid("a header line is not NAME: VALUE with NAME a token")
             value = value.strip(b" \t")
             if _BAD_VALUE.search(value) is not None:
-                raise _BadRequest
+                raise _invalid("a header value holds a control byte")
             name = name.lower()
             self._take(name, value)
             self.headers.append((name, value))
-        if self.chunked and (self.length is not None or self.http_10):
-            raise _BadRequest
+        if self.chunked and self.length is not None:
+            raise _invalid("both Content-Length and Transfer-Encoding")
+        if self.chunked and self.http_10:
+            raise _invalid("Transfer-Encoding in an HTTP/1.0 request")
 
     def _take(self, name: bytes, value: bytes) -> None:
         """Note what a header says about framing and the connection."""
         if name == b"content-length":
-            if not value.isdigit() or (self.length is not None and int(value) != self.length):
-                raise _BadRequest
-            self.length = int(value)
+            self._length(value)
         elif name == b"transfer-encoding":
-            if value.lower() != b"chunked" or self.chunked:
-                raise _BadRequest
-            self.chunked = True
+            self._coding(value)
         elif name == b"connection":
             self.close = self.close or b"close" in _tokens(value)
         elif name == b"expect" and value.lower() == b"100-continue":
             self.expect_continue = True
+        elif name == b"host":
+            if self.seen_host:
+                raise _invalid("more than one Host")
+            self.seen_host = True
+
+    def _length(self, value: bytes) -> None:
+        if self.length is not None:
+            raise _invalid("more than one Content-Length")
+        if not value.isdigit() or len(value) > _MAX_LENGTH_DIGITS:
+            raise _invalid(f"Content-Length is not 1 to {_MAX_LENGTH_DIGITS} digits")
+        self.length = int(value)
+
+    def _coding(self, value: bytes) -> None:
+        if self.chunked:
+            raise _invalid("more than one Transfer-Encoding")
+        if value.lower() != b"chunked":
+            raise _invalid("Transfer-Encoding is not chunked")
+        self.chunked = True
 
 
 def _tokens(value: bytes) -> list[bytes]:
@@ -402,9 +637,11 @@ def _tokens(value: bytes) -> list[bytes]:
 
 
 class _Chunks:
-    """A chunked request body, decoded as it arrives."""
+    """A chunked request body, decoded as it arrives, at most ``limit`` bytes of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0  # bytes the chunk sizes so far announced
         self.left = 0  # bytes of the current chunk still to come
         self.state = "size"  # size, data, crlf (after a chunk's data), trailer
 
@@ -412,7 +649,7 @@ class _Chunks:
         """Move what ``buffer`` holds into ``cycle``; True at the end of the body.
 
         Raises:
-            _BadRequest: a malformed chunk.
+            _Refused: a malformed chunk, or one past the limit.
         """
         while True:
             if self.state == "data":
@@ -428,7 +665,7 @@ class _Chunks:
             end = buffer.find(b"\r\n")
             if end < 0:
                 if len(buffer) > _MAX_HEAD:
-                    raise _BadRequest
+                    raise _invalid("a chunk size or trailer line over 16 KiB")
                 return False
             line = bytes(buffer[:end])
             del buffer[: end + 2]
@@ -439,16 +676,25 @@ class _Chunks:
         """Take a chunk's size line, the end of its data, or a trailer line; True at the end."""
         if self.state == "crlf":
             if line:
-                raise _BadRequest
+                raise _invalid("chunk data not followed by CRLF")
             self.state = "size"
         elif self.state == "size":
             matched = _CHUNK_SIZE.fullmatch(line)
             if matched is None:
-                raise _BadRequest
+                raise _invalid("a chunk size line is not HEX[;extensions]")
             self.left = int(matched.group(1), 16)
+            self.total += self.left
+            if self.total > self.limit:
+                raise _too_large(self.limit)  # before its data is read
             self.state = "data" if self.left else "trailer"
         elif not line:  # the blank line that ends the trailer
             return True
+        else:
+            name, colon, value = line.partition(b":")
+            if not colon or _HEADER_NAME.fullmatch(name) is None:
+                raise _invalid("a trailer line is not NAME: VALUE with NAME a token")
+            if _BAD_VALUE.search(value.strip(b" \t")) is not None:
+                raise _invalid("a trailer value holds a control byte")
         return False
 
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import re
+import sys
 from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel, ValidationError, field_validator
 
+from osmosis_run.run.dataset import MAX_NESTING, dotted, find_lone_surrogate, too_deep_at
 from osmosis_run.sdk.types import (
     ExecutionOutcome,
     RolloutErrorCategory,
@@ -30,6 +33,7 @@ from osmosis_run.sdk.types import (
 
 __all__ = [
     "LEASE_HEADER",
+    "MAX_ROLLOUT_ID_BYTES",
     "PROTOCOL_VERSION",
     "CancelRolloutsRequest",
     "RolloutInitRequest",
@@ -42,6 +46,8 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = "0.4"
+MAX_ROLLOUT_ID_BYTES = 255
+"""A rollout id names a directory: the longest file name ext4, XFS, Btrfs and tmpfs allow."""
 LEASE_HEADER = "X-Osmosis-Rollout-Lease"
 _SEPARATORS = (",", ":")
 _DROP = object()
@@ -89,6 +95,12 @@ class RolloutInitRequest(BaseModel):
     @field_validator("rollout_id")
     @classmethod
     def _rollout_id(cls, value: str) -> str:
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_ROLLOUT_ID_BYTES:
+            raise ValueError(
+                f"rollout_id must be at most {MAX_ROLLOUT_ID_BYTES} bytes in UTF-8 (got {size}): "
+                "it names the rollout's directory in the run directory"
+            )
         return _single_segment(value, "rollout_id")
 
     @field_validator("llm_api_key")
@@ -139,24 +151,15 @@ def parse_body(model: type[BaseModel], body: bytes, content_type: str | None) ->
             422, [{"type": "missing", "loc": ["body"], "msg": "Field required", "input": None}]
         )
     data: Any
+    text: str | None = None
     if content_type is None or _is_json(content_type):
         try:
-            data = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise ProtocolError(
-                422,
-                [
-                    {
-                        "type": "json_invalid",
-                        "loc": ["body", exc.pos],
-                        "msg": "JSON decode error",
-                        "input": {},
-                        "ctx": {"error": exc.msg},
-                    }
-                ],
-            ) from None
+            # As json.loads reads bytes (UTF-8, -16 or -32), but strictly: no surrogates.
+            text = body.decode(json.detect_encoding(body))
         except UnicodeDecodeError:
-            data = body.decode("utf-8", errors="replace")
+            text, data = None, body.decode("utf-8", errors="replace")
+        else:
+            data = _loads(text)
     else:
         data = body.decode("utf-8", errors="replace")
     if not isinstance(data, dict):
@@ -171,10 +174,120 @@ def parse_body(model: type[BaseModel], body: bytes, content_type: str | None) ->
                 }
             ],
         )
+    if text is not None:
+        _check_text(data, text)
     try:
-        return model.model_validate(data)
+        parsed = model.model_validate(data)
     except ValidationError as exc:
         raise ProtocolError(422, validation_detail(exc, "body")) from None
+    if text is not None and _NOT_FINITE.search(text):
+        _check_numbers(data)
+    return parsed
+
+
+def _loads(text: str) -> Any:
+    """The body's JSON; a refusal is FastAPI's ``json_invalid``, naming what is wrong.
+
+    An integer of more digits than ``int()`` reads and nesting deep enough to exhaust the
+    stack are refused here, not raised.
+
+    Raises:
+        ProtocolError: 422.
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _json_invalid(exc.pos, exc.msg) from None
+    except RecursionError:
+        raise _json_invalid(0, _TOO_DEEP) from None
+    except ValueError:  # an integer of more digits than int() reads
+        reason = f"a number is too long (more than {sys.get_int_max_str_digits()} digits)"
+        raise _json_invalid(0, f"{reason}; send it as a string") from None
+
+
+_TOO_DEEP = f"nested deeper than {MAX_NESTING} levels of objects and arrays"
+# Only a body holding one of these can hold a number that is not finite: NaN and Infinity
+# (which json reads), and a float too large for a double (1e999).
+_NOT_FINITE = re.compile(r"NaN|Infinity|[eE]\+?0*[1-9]\d{2}|\d{309}")
+
+
+def _json_invalid(position: int, reason: str) -> ProtocolError:
+    return ProtocolError(
+        422,
+        [
+            {
+                "type": "json_invalid",
+                "loc": ["body", position],
+                "msg": "JSON decode error",
+                "input": {},
+                "ctx": {"error": reason},
+            }
+        ],
+    )
+
+
+def _check_text(data: dict[str, Any], text: str) -> None:
+    """Refuse what a run directory cannot hold, as ``eval`` refuses such a row: objects and
+    arrays nested deeper than ``MAX_NESTING``, and text holding a lone surrogate (valid JSON,
+    ``"\\ud800"``, that no file can be written with), naming the field. Before the model's
+    own checks: their error bodies echo what they refuse, and no body can hold a surrogate.
+
+    Cheap tests first: only a body with that many brackets can be that deep, and only an
+    escape can make a lone surrogate (the body itself is UTF-8).
+
+    Raises:
+        ProtocolError: 422 naming the field.
+    """
+    if text.count("{") + text.count("[") > MAX_NESTING:
+        deep = too_deep_at(data)
+        if deep is not None:
+            field = str(deep[0])
+            raise _refused(
+                "too_deep", [field], f"{field} is {_TOO_DEEP}; flatten it or send it as a string"
+            )
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        found = find_lone_surrogate(data)
+        if found is not None:
+            path, bad, is_key = found
+            what = "has a key that holds" if is_key else "holds"
+            field = dotted(path) or "the body"
+            message = f"{field} {what} a lone surrogate ({bad}); text must be valid Unicode"
+            raise _refused("string_unicode", path, message)
+
+
+def _check_numbers(data: dict[str, Any]) -> None:
+    """Refuse NaN, Infinity and overflowing floats anywhere (JSON has no room for them).
+
+    Raises:
+        ProtocolError: 422 naming the field.
+    """
+    stack: list[tuple[list[str | int], Any]] = [([], data)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            where = dotted(path)
+            raise _refused(
+                "finite_number",
+                path,
+                f"{where} is not a finite number ({item}); send a finite number, null or a string",
+            )
+        children = (
+            item.items()
+            if isinstance(item, dict)
+            else enumerate(item)
+            if isinstance(item, list)
+            else ()
+        )
+        stack.extend(([*path, key], child) for key, child in children)
+
+
+def _refused(kind: str, path: list[str | int], message: str) -> ProtocolError:
+    return ProtocolError(
+        422, [{"type": kind, "loc": ["body", *path], "msg": message, "input": None}]
+    )
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _is_json(content_type: str) -> bool:

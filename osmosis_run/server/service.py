@@ -160,11 +160,16 @@ class RolloutService:
         self._running = 0
         self._admitted = 0
         self._metrics = MetricsAccumulator(pass_threshold=1.0, samples=1, group_by=None)
+        self._earlier = 0  # rollouts an earlier server recorded in this run directory
         self._hand_timer: asyncio.TimerHandle | None = None
         self._reader: int | None = None
         self._started = 0.0
-        self._recording_failed = False
+        self.recording_error: InfrastructureError | None = None
+        """Why recording stopped, if it did: the server then stops (``on_recording_failed``)."""
+        self.on_recording_failed: Callable[[InfrastructureError], None] | None = None
+        """Called once when recording fails (``osmosis-run serve`` stops and exits with 4)."""
         self._closed = False
+        self._recorded = self._load_recorded()
 
     @property
     def run_dir(self) -> Path:
@@ -181,8 +186,15 @@ class RolloutService:
         self._started = time.perf_counter()
         reply_fd = self.store.start_writer()
         if reply_fd is not None:
-            asyncio.get_running_loop().add_reader(reply_fd, self.store.poll)
+            asyncio.get_running_loop().add_reader(reply_fd, self._poll_writer)
             self._reader = reply_fd
+
+    def _poll_writer(self) -> None:
+        """Take the writer's answers; one that failed stops recording at once, not later."""
+        self.store.poll()
+        failure = self.store.failure()
+        if failure is not None:
+            self._recording_failed(failure)
 
     # -- the protocol -------------------------------------------------------------------
 
@@ -193,16 +205,22 @@ class RolloutService:
             ProtocolError: 503 shutting down, 429 no capacity, 409 the id is held.
         """
         if not self.accepting:
+            if self.recording_error is not None:
+                raise ProtocolError(503, "rollout server cannot record rollouts; it is stopping")
             raise ProtocolError(503, "rollout server is shutting down")
         if not self.backend.has_capacity():
             raise ProtocolError(
                 429, "rollout queue is full; retry later", headers={"Retry-After": RETRY_AFTER_S}
             )
+        if request.rollout_id in self._recorded:
+            raise ProtocolError(
+                409, "rollout_id is already recorded in this server's run directory"
+            )
         held = self.table.register(request.rollout_id)
         if held is None:
             raise ProtocolError(409, "rollout_id is already registered")
         entry, token = held
-        entry.job = _job(request, self._admitted)
+        entry.job = _job(request, self._earlier + self._admitted)
         entry.secret = request.llm_api_key
         self._admitted += 1
         try:
@@ -393,11 +411,40 @@ class RolloutService:
         timings: dict[str, float | None] | None,
         extra: dict[str, Any] | None,
     ) -> None:
-        """Make a rollout's result final (once) and record it."""
+        """Record a rollout's result and make it final (once), whatever recording raises.
+
+        A rollout that cannot be recorded is answered as a failure saying why, so that no
+        client is told of a success the run directory does not hold.
+        """
         if entry.body is not None:
             return
-        self._record(entry.job, outcome, request, timings, extra, secret=entry.secret)
-        self.table.finish(entry, outcome.result.status, result_body(entry.rollout_id, outcome))
+        try:
+            self._record(entry.job, outcome, request, timings, extra, secret=entry.secret)
+        except InfrastructureError as exc:
+            self._recording_failed(exc)
+            outcome = _unrecorded(exc)
+        except Exception as exc:  # a bug in recording: this rollout's failure, with its traceback
+            logger.exception("recording rollout %s failed", entry.rollout_id)
+            outcome = self._record_crash(entry, exc)
+        try:
+            body = result_body(entry.rollout_id, outcome)
+        except Exception as exc:  # a bug in shaping the answer: still an answer
+            logger.exception("answering rollout %s failed", entry.rollout_id)
+            outcome = _crashed(exc)
+            body = result_body(entry.rollout_id, outcome)
+        self.table.finish(entry, outcome.result.status, body)
+
+    def _record_crash(self, entry: Entry, exc: Exception) -> ExecutionOutcome:
+        """Record a rollout whose own record could not be made as the failure that it is."""
+        crashed = _crashed(exc)
+        try:
+            self._record(entry.job, crashed, None, None, None, secret=entry.secret)
+        except InfrastructureError as error:
+            self._recording_failed(error)
+            return _unrecorded(error)
+        except Exception:
+            logger.exception("recording rollout %s as a failure failed too", entry.rollout_id)
+        return crashed
 
     def _lease_expired(self, entry: Entry) -> None:
         """Nobody polled for a lease's length: the result is a failure, the execution stops."""
@@ -434,11 +481,13 @@ class RolloutService:
 
     def _ended(self, entry: Entry, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:  # only a bug gets here
-            logger.error("rollout %s task failed", entry.rollout_id, exc_info=task.exception())
-            self._publish(entry, _crashed(task.exception() or RuntimeError()), None, None, None)
-        if entry.release_when_done:
-            self.table.release(entry)
+        try:
+            if not task.cancelled() and task.exception() is not None:  # only a bug gets here
+                logger.error("rollout %s task failed", entry.rollout_id, exc_info=task.exception())
+                self._publish(entry, _crashed(task.exception() or RuntimeError()), None, None, None)
+        finally:
+            if entry.release_when_done:
+                self.table.release(entry)
 
     def _orphan(self, task: asyncio.Future[Any]) -> None:
         if not task.done():
@@ -457,9 +506,12 @@ class RolloutService:
         *,
         secret: str | None = None,
     ) -> None:
-        """Write one finished rollout into the run directory (a failure is logged once).
+        """Write one finished rollout into the run directory.
 
         ``secret`` (the request's model key) is redacted from every file the rollout leaves.
+
+        Raises:
+            InfrastructureError: the run directory cannot be written (now or an earlier batch).
         """
         if self._closed:
             return
@@ -483,11 +535,8 @@ class RolloutService:
             trajectory = redact(trajectory) if trajectory is not None else None
             if redacted != raw:  # the summary's error examples come from the line: redact it too
                 raw, line = redacted, ResultLine.model_validate_json(redacted)
-        try:
-            self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
-        except InfrastructureError as exc:
-            self._recording_error(exc)
-            return
+        self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
+        self._recorded.add(job.rollout_id)
         self._metrics.add(line)
         self._schedule_hand_off()
 
@@ -518,17 +567,40 @@ class RolloutService:
         try:
             self.store.hand_off()
         except InfrastructureError as exc:
-            self._recording_error(exc)
+            self._recording_failed(exc)
 
-    def _recording_error(self, exc: InfrastructureError) -> None:
-        if not self._recording_failed:
-            self._recording_failed = True
-            logger.error("recording served rollouts failed: %s", exc)
+    def _recording_failed(self, exc: InfrastructureError) -> None:
+        """Recording stopped: say so once, refuse new rollouts, and have the server stop."""
+        if self.recording_error is not None:
+            return
+        self.recording_error = exc
+        self.accepting = False
+        logger.error(
+            "recording served rollouts failed: %s; admissions are closed, rollouts that end "
+            "from now on are answered as failures, and the server stops",
+            exc,
+        )
+        if self.on_recording_failed is not None:
+            self.on_recording_failed(exc)
+
+    def _load_recorded(self) -> set[str]:
+        """The ids an earlier server recorded in this run directory, its results counted."""
+
+        def counted(line: ResultLine, _raw: bytes) -> None:
+            self._metrics.add(line)
+            self._earlier += 1
+
+        try:
+            return self.store.load_finished(drop_failed=False, on_line=counted)
+        except BaseException:
+            self.store.close()
+            raise
 
     def summary(self) -> Summary:
-        """The metrics of what this server recorded."""
+        """The metrics of what this run directory holds (an earlier server's rollouts too)."""
         wall = time.perf_counter() - self._started if self._started else None
-        return self._metrics.summary(planned=None, wall_s=wall, interrupted=False)
+        interrupted = self.recording_error is not None
+        return self._metrics.summary(planned=None, wall_s=wall, interrupted=interrupted)
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -539,6 +611,16 @@ class RolloutService:
     async def shutdown(self) -> None:
         """Stop admitting, drain, cancel what is left, write what finished and the summary."""
         self.stop_admitting()
+        try:
+            await self._drain()
+        finally:  # whatever a rollout's end raised, what finished is kept with its summary
+            try:
+                self.table.close()
+            finally:
+                self._close_store()
+            await self.backend.shutdown()
+
+    async def _drain(self) -> None:
         pending = set(self._tasks)
         if pending:
             logger.info("draining %d rollout(s) in flight", len(pending))
@@ -549,9 +631,6 @@ class RolloutService:
             _, pending = await asyncio.wait(pending, timeout=self.cleanup_s)
         for entry in self.table.in_flight():  # ignored its cancellation: published, left
             self._abandon(entry)
-        self.table.close()
-        self._close_store()
-        await self.backend.shutdown()
 
     def _close_store(self) -> None:
         if self._hand_timer is not None:
@@ -562,9 +641,24 @@ class RolloutService:
             self._reader = None
         self._closed = True
         try:
-            self.store.close(lambda _durable: self.summary())
+            self.store.close(self._final_summary)
         except InfrastructureError as exc:
-            self._recording_error(exc)
+            self._recording_failed(exc)
+
+    def _final_summary(self, durable: bool) -> Summary:
+        """The summary written at the end: of what results.jsonl holds, when not everything
+        handed over reached it (then the run is not complete)."""
+        if durable and self.recording_error is None:
+            return self.summary()
+        metrics = MetricsAccumulator(pass_threshold=1.0, samples=1, group_by=None)
+        try:
+            self.store.load_finished(drop_failed=False, on_line=lambda line, _: metrics.add(line))
+        except RunDirError:
+            pass  # unreadable too: the counts of what was handed over are all there is
+        else:
+            self._metrics = metrics
+        wall = time.perf_counter() - self._started if self._started else None
+        return self._metrics.summary(planned=None, wall_s=wall, interrupted=True)
 
 
 def _open_store(run_dir: Path, backend: LocalBackend, secrets: tuple[str, ...]) -> RunStore:
@@ -616,6 +710,17 @@ def _cancelled() -> ExecutionOutcome:
         ExecutionResult(
             status=RolloutStatus.CANCELLED,
             err_message=CANCELLED,
+            extra_fields={"stage": "server"},
+        )
+    )
+
+
+def _unrecorded(exc: InfrastructureError) -> ExecutionOutcome:
+    return _outcome(
+        ExecutionResult(
+            status=RolloutStatus.FAILURE,
+            err_message=f"the server could not record this rollout: {exc}",
+            err_category=RolloutErrorCategory.INTERNAL_ERROR,
             extra_fields={"stage": "server"},
         )
     )

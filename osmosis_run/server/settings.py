@@ -27,7 +27,24 @@ PORT_ENV = "_OSMOSIS_ROLLOUT_PORT"
 API_KEY_ENV = "OSMOSIS_ROLLOUT_API_KEY"
 DEFAULT_PORT = 8000
 _TABLE = "serve"
-_FILE_KEYS = ("host", "port", "result_wait", "lease", "retention", "concurrency", "out")
+_FILE_KEYS = (
+    "host",
+    "port",
+    "result_wait",
+    "lease",
+    "retention",
+    "concurrency",
+    "out",
+    "keep_alive",
+)
+# How long a connection with no request under way stays open. Idle connections hold descriptors
+# and memory, so the default is short, as uvicorn's (5 s): a trainer's own client closes its
+# idle connections after 5 s (httpx, which osmosis-ai's RolloutClient uses), so 10 s leaves the
+# client to close first (no request races a closing connection), and a long poll is not idle (no
+# clock runs while the app has a request). Behind a load balancer, set it above the balancer's
+# idle timeout: osmosis-ai 0.3.8's scaffold uses 2160 s, for the Osmosis platform's balancer
+# (2100 s), which otherwise reuses a connection the server is closing (a 502).
+KEEP_ALIVE_S = 10
 
 
 class ServeSettings(BaseModel):
@@ -43,6 +60,7 @@ class ServeSettings(BaseModel):
         concurrency: rollouts executing at once (``"unlimited"``, or None: the workflow
             config's limit, else 4).
         out: the run directory (None: ``runs/serve-<UTC time>-<pid>``).
+        keep_alive: seconds a connection with no request under way stays open.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -55,6 +73,7 @@ class ServeSettings(BaseModel):
     retention: float = Field(900.0, ge=0)
     concurrency: int | str | None = None
     out: str | None = None
+    keep_alive: int = Field(KEEP_ALIVE_S, ge=1)  # whole seconds, as uvicorn takes it
 
     @field_validator("result_wait", "lease", "retention")
     @classmethod

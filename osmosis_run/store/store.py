@@ -364,6 +364,11 @@ class RunStore:
         if self._writer is not None:
             self._writer.poll()
 
+    def failure(self) -> InfrastructureError | None:
+        """The error the writer met, once known (the next write raises it), or None."""
+        error = self._writer.error if self._writer is not None else None
+        return self._failure(error) if error is not None else None
+
     def write_rollout(
         self, rollout_id: str, *, line: bytes, result: bytes, trajectory: bytes | None
     ) -> None:

@@ -129,6 +129,11 @@ class Writer(Protocol):
         """A descriptor readable when the writer answers (call ``poll`` then), or None."""
         ...
 
+    @property
+    def error(self) -> OSError | None:
+        """The error a write met, once known (``poll`` takes it), or None: ``write`` raises it."""
+        ...
+
     def make_dirs(self, rollout_ids: Sequence[str]) -> Future[list[str]] | None:
         """Make the rollouts' artifacts directories ahead, or None when this writer does not.
 
@@ -187,6 +192,7 @@ class InlineWriter:
 
     in_background = False
     reply_fd = None
+    error = None  # a write that fails raises at once
 
     def __init__(self, results: Path, rollouts: Path) -> None:
         self._tree = _tree(rollouts)
@@ -281,6 +287,11 @@ class WriterProcess:
     def reply_fd(self) -> int:
         """Readable when replies arrive: call ``poll`` then."""
         return self._from
+
+    @property
+    def error(self) -> OSError | None:
+        """The first error the child reported (or its loss), once ``poll`` has taken it."""
+        return self._error
 
     def make_dirs(self, rollout_ids: Sequence[str]) -> Future[list[str]]:
         """Have the child make the rollouts' artifacts directories.
