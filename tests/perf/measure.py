@@ -58,6 +58,10 @@ class Measured:
             raise HarnessError(f"{what} exited {self.rc}:\n{tail}")
 
 
+# The suite's own variables: osmosis-run refuses an OSMOSIS_RUN_* name it does not know.
+HARNESS_ONLY = frozenset({"OSMOSIS_RUN_INTEROP_PYTHON", "OSMOSIS_RUN_INTEROP_STRICT"})
+
+
 def measure(cmd: list[str], *, cwd: Path, logs: Path) -> Measured:
     """Run ``cmd`` in ``cwd`` under the helper; its stdout and stderr go to files in ``logs``."""
     logs.mkdir(parents=True, exist_ok=True)
@@ -66,6 +70,7 @@ def measure(cmd: list[str], *, cwd: Path, logs: Path) -> Measured:
     helper = subprocess.run(
         [sys.executable, "-c", _HELPER, str(out), str(err), *cmd],
         cwd=cwd,
+        env={k: v for k, v in os.environ.items() if k not in HARNESS_ONLY},
         capture_output=True,
         text=True,
         check=False,
