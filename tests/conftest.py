@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,17 @@ def qa_rows(n: int, **extra: Any) -> list[dict[str, Any]]:
         {"id": f"q{i}", "prompt": f"p{i}", "ground_truth": f"p{i}" if i % 2 == 0 else "x", **extra}
         for i in range(n)
     ]
+
+
+def write_workspace(root: Path, rollout: str, main: str, config: str) -> Path:
+    """An Osmosis workspace: ``rollouts/<rollout>/main.py`` and ``configs/eval/<rollout>.toml``
+    (both dedented); returns the config's path."""
+    (root / "rollouts" / rollout).mkdir(parents=True)
+    (root / "configs" / "eval").mkdir(parents=True)
+    (root / "rollouts" / rollout / "main.py").write_text(textwrap.dedent(main))
+    path = root / "configs" / "eval" / f"{rollout}.toml"
+    path.write_text(textwrap.dedent(config))
+    return path
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

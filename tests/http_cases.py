@@ -76,10 +76,13 @@ def post(
     body: bytes | None = None,
     length: bool = True,
     version: bytes = b"HTTP/1.1",
+    path: bytes | None = None,
 ) -> bytes:
-    """A POST of the target's body, with ``headers`` and (unless not ``length``) its length."""
+    """A POST of the target's body (to ``path``, else the target's), with ``headers`` and
+    (unless not ``length``) its length."""
     data = target.body if body is None else body
-    lines = [b"POST " + target.post + b" " + version, b"Host: 127.0.0.1"]
+    lines = [b"POST " + (target.post if path is None else path) + b" " + version]
+    lines.append(b"Host: 127.0.0.1")
     lines += [line for line in target.headers.split(b"\r\n") if line]
     lines += headers
     if length:
@@ -95,7 +98,8 @@ def chunked(target: Target, *headers: bytes, chunks: bytes | None = None) -> byt
     return post(target, *te, body=whole if chunks is None else chunks, length=False)
 
 
-def _n(target: Target) -> bytes:
+def length_of(target: Target) -> bytes:
+    """The target's body length, as a Content-Length value."""
     return b"%d" % len(target.body)
 
 
@@ -178,16 +182,18 @@ CASES: list[Case] = [
         REFUSED,
     ),
     # Content-Length.
-    Case("two equal Content-Lengths", lambda t: post(t, b"Content-Length: " + _n(t)), REFUSED),
+    Case(
+        "two equal Content-Lengths", lambda t: post(t, b"Content-Length: " + length_of(t)), REFUSED
+    ),
     Case("two differing Content-Lengths", lambda t: post(t, b"Content-Length: 1"), REFUSED),
     Case(
         "a Content-Length list",
-        lambda t: post(t, b"Content-Length: %s, %s" % (_n(t), _n(t)), length=False),
+        lambda t: post(t, b"Content-Length: %s, %s" % (length_of(t), length_of(t)), length=False),
         REFUSED,
     ),
     Case(
         "a signed Content-Length",
-        lambda t: post(t, b"Content-Length: +" + _n(t), length=False),
+        lambda t: post(t, b"Content-Length: +" + length_of(t), length=False),
         REFUSED,
     ),
     Case(
@@ -197,7 +203,7 @@ CASES: list[Case] = [
     Case("an empty Content-Length", lambda t: post(t, b"Content-Length:", length=False), REFUSED),
     Case(
         "a Content-Length with junk",
-        lambda t: post(t, b"Content-Length: " + _n(t) + b"x", length=False),
+        lambda t: post(t, b"Content-Length: " + length_of(t) + b"x", length=False),
         REFUSED,
     ),
     Case(

@@ -265,7 +265,13 @@ def test_a_stream_cut_by_the_upstream_is_an_error_for_the_workflow(
         gateway.open_rollout("r0", sample_index=0, timeout_s=None)
         with pytest.raises((httpx.HTTPError, openai.APIError)):
             asyncio.run(go(gateway))
-    assert records(tmp_path)[0]["error"].endswith("the connection dropped (mid-stream)")
+        usage = gateway.take_usage("r0")
+        stats = gateway.stats()
+    [record] = records(tmp_path)
+    assert record["status"] == 200
+    assert record["error"] == f"upstream {up.url}: the connection dropped (mid-stream)"
+    # A 200 cut mid-way is a failed call, in the rollout's usage and the run's counts.
+    assert (usage.requests, usage.errors, stats["errors"]) == (1, 1, 1)
 
 
 def test_models_and_other_paths_are_proxied(up: Upstream, tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import openai
 import pytest
 from conftest import subprocess_env
 from fake_upstream import Reply, Upstream, serve_upstream
+from http_cases import Target, chunked, length_of, post
 from test_gateway import HELLO, UPSTREAM_KEY, client, records, running
 
 from osmosis_run.gateway.host import Gateway
@@ -93,49 +94,19 @@ def closed(sock: socket.socket, *, within: float = 3.0) -> bool:
 
 @dataclass(frozen=True)
 class Listener:
-    """Where raw requests go: a port, a path that takes a POST, the headers it needs."""
+    """Where raw requests go: a port, and the chat path, headers and body it takes."""
 
     port: int
-    path: bytes
-    headers: bytes  # e.g. b"authorization: Bearer ...\r\n"
-    body: bytes  # a body the path accepts
+    target: Target
 
 
 @dataclass(frozen=True)
 class Raw:
-    """A raw request built for a listener, and the status a careful server answers it with."""
+    """A raw request built for a target, and the status a careful server answers it with."""
 
     name: str
-    build: Callable[[Listener], bytes]
+    build: Callable[[Target], bytes]
     status: int
-
-
-def post(
-    listener: Listener,
-    *headers: bytes,
-    body: bytes | None = None,
-    target: bytes | None = None,
-    version: bytes = b"HTTP/1.1",
-    length: bool = True,
-) -> bytes:
-    """A POST to the listener's path, with its headers, ``headers`` and (by default) a
-    Content-Length and its body."""
-    data = listener.body if body is None else body
-    lines = [b"POST " + (target or listener.path) + b" " + version, b"host: 127.0.0.1"]
-    lines += [listener.headers.rstrip(b"\r\n"), *headers]
-    if length:
-        lines.append(b"content-length: %d" % len(data))
-    return b"\r\n".join(lines) + b"\r\n\r\n" + data
-
-
-def chunked(listener: Listener, *headers: bytes, chunks: bytes | None = None) -> bytes:
-    body = listener.body
-    default = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (5, body[:5], len(body) - 5, body[5:])
-    return post(listener, *headers, body=default if chunks is None else chunks, length=False)
-
-
-def _n(listener: Listener) -> bytes:
-    return b"%d" % len(listener.body)
 
 
 RAW: list[Raw] = [
@@ -154,16 +125,16 @@ RAW: list[Raw] = [
     ),
     Raw("optional whitespace around a value", lambda t: post(t, b"x-note:  \t a b \t"), 200),
     # Content-Length.
-    Raw("two equal content-lengths", lambda t: post(t, b"content-length: " + _n(t)), 400),
+    Raw("two equal content-lengths", lambda t: post(t, b"content-length: " + length_of(t)), 400),
     Raw("conflicting content-lengths", lambda t: post(t, b"content-length: 1"), 400),
     Raw(
         "a content-length list",
-        lambda t: post(t, b"content-length: %s, %s" % (_n(t), _n(t)), length=False),
+        lambda t: post(t, b"content-length: %s, %s" % (length_of(t), length_of(t)), length=False),
         400,
     ),
     Raw(
         "a signed content-length",
-        lambda t: post(t, b"content-length: +" + _n(t), length=False),
+        lambda t: post(t, b"content-length: +" + length_of(t), length=False),
         400,
     ),
     Raw("a negative content-length", lambda t: post(t, b"content-length: -1", length=False), 400),
@@ -171,12 +142,12 @@ RAW: list[Raw] = [
     Raw("an empty content-length", lambda t: post(t, b"content-length:", length=False), 400),
     Raw(
         "a content-length with trailing junk",
-        lambda t: post(t, b"content-length: " + _n(t) + b"x", length=False),
+        lambda t: post(t, b"content-length: " + length_of(t) + b"x", length=False),
         400,
     ),
     Raw(
         "an absurdly long content-length",
-        lambda t: post(t, b"content-length: " + b"0" * 30 + _n(t), length=False),
+        lambda t: post(t, b"content-length: " + b"0" * 30 + length_of(t), length=False),
         400,
     ),
     Raw(
@@ -196,7 +167,7 @@ RAW: list[Raw] = [
     ),
     Raw(
         "transfer-encoding and content-length",
-        lambda t: chunked(t, b"transfer-encoding: chunked", b"content-length: " + _n(t)),
+        lambda t: chunked(t, b"transfer-encoding: chunked", b"content-length: " + length_of(t)),
         400,
     ),
     Raw(
@@ -219,10 +190,28 @@ RAW: list[Raw] = [
         lambda t: chunked(t, b"transfer-encoding: chunked", chunks=b"3\r\nhello\r\n0\r\n\r\n"),
         400,
     ),
+    Raw(
+        "a trailer line without a colon",
+        lambda t: chunked(
+            t,
+            b"transfer-encoding: chunked",
+            chunks=b"%x\r\n%s\r\n0\r\nx-sum 1\r\n\r\n" % (len(t.body), t.body),
+        ),
+        400,
+    ),
+    Raw(
+        "a trailer",
+        lambda t: chunked(
+            t,
+            b"transfer-encoding: chunked",
+            chunks=b"%x\r\n%s\r\n0\r\nx-sum: 1\r\n\r\n" % (len(t.body), t.body),
+        ),
+        200,
+    ),
     # Bytes a request line or header may not hold.
-    Raw("a non-ASCII target", lambda t: post(t, target=t.path + b"?q=caf\xc3\xa9"), 400),
-    Raw("a control byte in the target", lambda t: post(t, target=t.path + b"?q=\x01"), 400),
-    Raw("a tab in the target", lambda t: post(t, target=t.path + b"?q=\t"), 400),
+    Raw("a non-ASCII target", lambda t: post(t, path=t.post + b"?q=caf\xc3\xa9"), 400),
+    Raw("a control byte in the target", lambda t: post(t, path=t.post + b"?q=\x01"), 400),
+    Raw("a tab in the target", lambda t: post(t, path=t.post + b"?q=\t"), 400),
     Raw("an unknown HTTP version", lambda t: post(t, version=b"HTTP/1.x"), 400),
     Raw("a non-ASCII header value", lambda t: post(t, b"x-note: caf\xc3\xa9"), 400),
     Raw("a NUL in a header value", lambda t: post(t, b"x-note: a\x00b"), 400),
@@ -238,6 +227,12 @@ RAW: list[Raw] = [
     Raw("an obs-fold continuation with a tab", lambda t: post(t, b"x-note: a", b"\tfolded"), 400),
     Raw("a head past the head limit", lambda t: post(t, b"x-note: " + b"a" * 70_000), 431),
 ]
+
+
+def chat_target(gateway: Gateway) -> Target:
+    """The gateway's chat route as raw requests address it: the run's key with every POST."""
+    auth = b"authorization: Bearer %s\r\n" % gateway.api_key.encode()
+    return Target(get=b"/v1/models", post=CHAT, body=BODY, headers=auth)
 
 
 def send_raw(listener: Listener, raw: bytes) -> tuple[int, dict[str, str], bytes, bool]:
@@ -256,14 +251,14 @@ def listener(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listener]:
         running(upstream, tmp_path_factory.mktemp("raw")) as gateway,
     ):
         port = int(gateway.url.rsplit(":", 1)[1])
-        yield Listener(port, CHAT, b"authorization: Bearer %s\r\n" % gateway.api_key.encode(), BODY)
+        yield Listener(port, chat_target(gateway))
 
 
 @pytest.mark.parametrize("case", RAW, ids=[case.name for case in RAW])
 def test_raw_requests_are_refused_as_h11_and_httptools_refuse_them(
     listener: Listener, case: Raw
 ) -> None:
-    status, headers, body, was_closed = send_raw(listener, case.build(listener))
+    status, headers, body, was_closed = send_raw(listener, case.build(listener.target))
     assert status == case.status, body
     if case.status == 200:
         assert not was_closed  # kept alive
@@ -293,6 +288,10 @@ def test_a_refusal_says_why(listener: Listener) -> None:
             "malformed request: a header line without a colon",
             "bad_request",
         ),
+        "a trailer line without a colon": (
+            "malformed request: trailer: a header line without a colon",
+            "bad_request",
+        ),
         "a content-length past the body limit": (
             "request body too large: 67108865 bytes (the gateway takes at most 67108864)",
             "body_too_large",
@@ -300,7 +299,7 @@ def test_a_refusal_says_why(listener: Listener) -> None:
     }
     by_name = {case.name: case for case in RAW}
     for name, (message, code) in cases.items():
-        _, _, body, _ = send_raw(listener, by_name[name].build(listener))
+        _, _, body, _ = send_raw(listener, by_name[name].build(listener.target))
         assert json.loads(body)["error"] == {
             "message": message,
             "type": "osmosis_run_gateway",
@@ -311,14 +310,12 @@ def test_a_refusal_says_why(listener: Listener) -> None:
 def test_a_chunked_body_past_the_limit_is_413(up: Upstream, tmp_path: Path) -> None:
     with running(up, tmp_path, limits=limits(max_body=1000)) as gateway:
         port = int(gateway.url.rsplit(":", 1)[1])
-        target = Listener(
-            port, CHAT, b"authorization: Bearer %s\r\n" % gateway.api_key.encode(), BODY
-        )
+        listener = Listener(port, chat_target(gateway))
         chunks = b"".join(b"%x\r\n%s\r\n" % (300, b"x" * 300) for _ in range(4)) + b"0\r\n\r\n"
         status, _, body, was_closed = send_raw(
-            target, chunked(target, b"transfer-encoding: chunked", chunks=chunks)
+            listener, chunked(listener.target, b"transfer-encoding: chunked", chunks=chunks)
         )
-        fits = send_raw(target, post(target))
+        fits = send_raw(listener, post(listener.target))
     assert (status, was_closed) == (413, True)
     assert json.loads(body)["error"]["message"] == (
         "request body too large: over 1000 bytes (the gateway takes at most 1000)"
@@ -842,27 +839,6 @@ async def _ask(gateway: Gateway, content: str = "hello there model") -> Any:
         return await c.chat.completions.create(
             model="m", messages=[{"role": "user", "content": content}]
         )
-
-
-def test_a_stream_cut_mid_way_counts_as_an_error(up: Upstream, tmp_path: Path) -> None:
-    up.script([Reply(content="a b c d e f", drop_mid_stream=True)])
-
-    async def go(gateway: Gateway) -> None:
-        async with client(gateway, "r0", max_retries=0) as c:
-            stream = await c.chat.completions.create(model="m", messages=HELLO, stream=True)
-            async for _ in stream:
-                pass
-
-    with running(up, tmp_path) as gateway:
-        gateway.open_rollout("r0", sample_index=0, timeout_s=None)
-        with pytest.raises((httpx.HTTPError, openai.APIError)):
-            asyncio.run(go(gateway))
-        usage = gateway.take_usage("r0")
-        stats = gateway.stats()
-    [record] = records(tmp_path)
-    assert record["status"] == 200
-    assert record["error"] == f"upstream {up.url}: the connection dropped (mid-stream)"
-    assert (usage.requests, usage.errors, stats["errors"]) == (1, 1, 1)
 
 
 def test_an_answer_json_cannot_hold_is_still_passed_on_and_recorded(tmp_path: Path) -> None:

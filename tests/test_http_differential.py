@@ -1,4 +1,5 @@
-"""``osmosis-run serve`` refuses every raw request that both h11 and httptools refuse.
+"""``osmosis-run serve`` and the model gateway refuse every raw request that both h11 and
+httptools refuse.
 
 The cases of tests/http_cases.py go to three listeners: uvicorn with its h11 protocol and with
 its httptools protocol (in this process, a trivial app behind them), and a real
@@ -15,8 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fake_upstream import serve_upstream
 from http_cases import CASES, REFUSED, Case, Outcome, Target, outcome
 from serving import serve_app
+from test_gateway import UPSTREAM_KEY, running
+from test_gateway_hostile import chat_target
 from test_serve_hostile_http import Serve, serving
 
 Address = tuple[str, int]
@@ -50,6 +54,16 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
         yield served
 
 
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Address, Target]]:
+    """The model gateway's listener, and its chat route as the raw requests address it."""
+    with (
+        serve_upstream(api_key=UPSTREAM_KEY) as upstream,
+        running(upstream, tmp_path_factory.mktemp("gateway")) as model_gateway,
+    ):
+        yield _address(model_gateway.url), chat_target(model_gateway)
+
+
 def _address(url: str) -> Address:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     return host, int(port)
@@ -75,3 +89,18 @@ def test_serve_refuses_what_h11_and_httptools_both_refuse(
         body = json.loads(served.body)
         assert list(body) == ["detail"], served.body
         assert b"\n" not in served.body
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_the_gateway_refuses_what_h11_and_httptools_both_refuse(
+    case: Case, uvicorns: dict[str, Address], gateway: tuple[Address, Target]
+) -> None:
+    address, target = gateway
+    references = {name: outcome(where, case.request(Target())) for name, where in uvicorns.items()}
+    listened = outcome(address, case.request(target))
+    seen = {name: result.kind for name, result in {**references, "gateway": listened}.items()}
+    if all(_refused_by_reference(result) for result in references.values()):
+        assert listened.kind == REFUSED, seen
+        error = json.loads(listened.body)["error"]
+        assert error["type"] == "osmosis_run_gateway"
+        assert "\n" not in error["message"]

@@ -13,12 +13,11 @@ import hashlib
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import results, subprocess_env, write_jsonl
+from conftest import results, subprocess_env, write_jsonl, write_workspace
 from dotenv import dotenv_values
 from typer.testing import Result
 
@@ -198,11 +197,7 @@ def test_a_multi_line_pem_key_reaches_the_workflow_and_no_file(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "ws"
-    (root / "rollouts" / "sign").mkdir(parents=True)
-    (root / "configs" / "eval").mkdir(parents=True)
-    (root / "rollouts" / "sign" / "main.py").write_text(textwrap.dedent(MAIN))
-    config = root / "configs" / "eval" / "sign.toml"
-    config.write_text(textwrap.dedent(CONFIG))
+    config = write_workspace(root, "sign", MAIN, CONFIG)
     digest = hashlib.sha256(PEM.encode()).hexdigest()
     write_jsonl(
         tmp_path / "rows.jsonl", [{"user_prompt": "sign", "ground_truth": f"sha256 {digest}"}]

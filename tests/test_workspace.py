@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import results, write_jsonl
+from conftest import results, write_jsonl, write_workspace
 from typer.testing import Result
 
 Cli = Callable[..., Result]
@@ -71,11 +71,8 @@ CONFIG = """
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A workspace: rollouts/echo/main.py and configs/eval/echo.toml; rows in data/rows.jsonl."""
     root = tmp_path / "ws"
-    (root / "rollouts" / "echo").mkdir(parents=True)
-    (root / "configs" / "eval").mkdir(parents=True)
+    write_workspace(root, "echo", MAIN, CONFIG)
     (root / "data").mkdir()
-    (root / "rollouts" / "echo" / "main.py").write_text(textwrap.dedent(MAIN))
-    (root / "configs" / "eval" / "echo.toml").write_text(textwrap.dedent(CONFIG))
     write_jsonl(root / "data" / "rows.jsonl", [{"user_prompt": "hi", "ground_truth": "calm hi?"}])
     for name in ("MOOD", "WS_TOKEN"):
         monkeypatch.delenv(name, raising=False)

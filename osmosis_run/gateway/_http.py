@@ -433,6 +433,15 @@ def _field_problem(fields: list[str]) -> str:
     return "a malformed header line"
 
 
+def _check_trailer(field: bytes) -> None:
+    """A trailer line is a header line: printable ASCII, ``token ":" value``."""
+    if field.translate(None, _PRINTABLE) or b"\r" in field or b"\n" in field:
+        raise _malformed("a byte that is not printable ASCII in a trailer line")
+    text = field.decode("ascii")
+    if not _FIELDS(text + "\r\n"):
+        raise _malformed(f"trailer: {_field_problem([text])}")
+
+
 def _framing(headers: dict[str, str], max_body: int) -> tuple[int, bool]:
     """The body's length (0 when chunked) and whether it is chunked."""
     coding = headers.get("transfer-encoding")
@@ -473,6 +482,7 @@ async def _read_chunked(reader: asyncio.StreamReader, limits: Limits) -> bytes:
                     trailers += len(line)
                     if trailers > limits.max_head:
                         raise _Refused(431, "request trailers too large", "head_too_large")
+                    _check_trailer(line[:-2])
                 return b"".join(parts)
             total += size
             if total > limits.max_body:
