@@ -7,6 +7,9 @@ sdk backend, and finished rollouts -> store.
     errors.py        the one exception tree (exported here)
     _construct.py, _json.py, _redact.py
                      fast model building, the JSON encoder, keeping secrets out of output
+    retry.py, eventloop.py
+                     the one back-off and Retry-After rule; the one event-loop factory
+    http/            HTTP/1.1: the listener serve and the gateway share, the one client
     sdk/             what users write against: types, contexts, AgentWorkflow and Grader,
                      ExecutionBackend and LocalBackend, "module:attr" loading
     results/         what results mean, no file access: records (ResultLine, Summary, RunData),

@@ -19,7 +19,7 @@ from openai import AsyncOpenAI
 from osmosis_run.errors import ConfigError
 from osmosis_run.gateway.cache import ModelCache, cache_key, request_digest
 from osmosis_run.gateway.host import Gateway
-from osmosis_run.gateway.pacing import AdaptiveLimit, Budget, retry_after
+from osmosis_run.gateway.pacing import AdaptiveLimit, Budget
 from osmosis_run.gateway.proxy import ProxyConfig, upstream_base
 from osmosis_run.store.layout import MODEL_CALLS
 
@@ -360,14 +360,6 @@ def test_the_tpm_budget_waits_out_its_debt() -> None:
         return time.monotonic() - started
 
     assert asyncio.run(go()) >= 0.25
-
-
-def test_retry_after_forms() -> None:
-    assert retry_after({"retry-after": "2"}) == 2.0
-    assert retry_after({"retry-after-ms": "150", "retry-after": "9"}) == 0.15
-    assert retry_after({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0
-    assert retry_after({"retry-after": "soon"}) is None
-    assert retry_after({}) is None
 
 
 def test_upstream_base_takes_a_base_or_an_endpoint() -> None:

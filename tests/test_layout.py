@@ -12,7 +12,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "osmosis_run"
 
 # Bottom first. A module may import its own layer and the layers before it.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "_construct", "_json", "_redact"),
+    ("errors", "_construct", "_json", "_redact", "retry", "eventloop"),
+    ("http",),
     ("sdk",),
     ("results",),
     ("store",),
@@ -71,7 +72,16 @@ def test_a_module_imports_only_its_layer_and_those_below(path: Path) -> None:
 def test_the_sdk_imports_nothing_of_the_engine() -> None:
     for path in (PACKAGE / "sdk").glob("*.py"):
         for name in imported(path):
-            assert top(name) in (None, "", "sdk", "errors", "_construct", "_json", "_redact"), (
+            assert top(name) in (
+                None,
+                "",
+                "sdk",
+                "errors",
+                "_construct",
+                "_json",
+                "_redact",
+                "retry",
+            ), (
                 path.name,
                 name,
             )

@@ -58,6 +58,7 @@ from pydantic import ValidationError
 from osmosis_run._construct import construct
 from osmosis_run.backends._http11 import Http11Pool, usable_for
 from osmosis_run.errors import ConfigError, InfrastructureError
+from osmosis_run.retry import retry_after_headers
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import timed_out
 from osmosis_run.run.seam import Artifacts, Attempt, AttemptLost, AttemptResult, Deadlines
@@ -77,9 +78,9 @@ LEASE_HEADER = "X-Osmosis-Rollout-Lease"
 # Transport errors and gateway answers (502-504) are retried after these pauses.
 RETRY_DELAYS_S = (0.1, 0.25, 0.5, 1.0, 2.0)
 _GATEWAY = frozenset({502, 503, 504})
-# Retry-After of a 429, clamped (osmosis-ai's client does the same); 1 s without one.
+# A 429 waits for its Retry-After (the one rule, osmosis_run/retry.py: at most
+# MAX_RETRY_AFTER_S), at least RETRY_AFTER_FLOOR_S; 1 s without one (osmosis-ai's client too).
 RETRY_AFTER_FLOOR_S = 0.05
-RETRY_AFTER_MAX_S = 60.0
 RETRY_AFTER_DEFAULT_S = 1.0
 # A long poll may take the server's wait; the read timeout leaves this much more.
 RESULT_READ_GRACE_S = 10.0
@@ -571,14 +572,9 @@ def _refused(response: httpx.Response, remote_id: str) -> _Reply:
 
 
 def _retry_after(response: httpx.Response) -> float:
-    """A 429's Retry-After in seconds (delta-seconds form), clamped."""
-    try:
-        value = float(response.headers.get("Retry-After", RETRY_AFTER_DEFAULT_S))
-    except ValueError:
-        value = RETRY_AFTER_DEFAULT_S
-    if not math.isfinite(value):
-        value = RETRY_AFTER_DEFAULT_S
-    return min(max(value, RETRY_AFTER_FLOOR_S), RETRY_AFTER_MAX_S)
+    """A 429's Retry-After in seconds, by the one rule; ``RETRY_AFTER_DEFAULT_S`` without one."""
+    asked = retry_after_headers(response.headers)
+    return max(RETRY_AFTER_DEFAULT_S if asked is None else asked, RETRY_AFTER_FLOOR_S)
 
 
 def _lost(exc: Exception) -> AttemptLost:

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from osmosis_run._redact import Redactor
 from osmosis_run.errors import ConfigError
+from osmosis_run.eventloop import new_event_loop
 from osmosis_run.gateway._http import Limits, start_server
 from osmosis_run.gateway.accounting import Ledger, LiveStats, usage_of
 from osmosis_run.gateway.cache import CacheMode, ModelCache
@@ -192,7 +193,7 @@ class Gateway:
         self.close()
 
     def _main(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop()
         self._loop = loop
         try:
             loop.run_until_complete(self._serve())

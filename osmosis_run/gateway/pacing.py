@@ -6,24 +6,19 @@
 - ``Budget``: a token bucket for ``--rpm`` (requests) or ``--tpm`` (tokens) per minute, holding
   at most ``BURST_S`` seconds' worth. Tokens are charged when the response says how many were
   used, so the bucket may go into debt; calls wait while it is in debt.
-- ``backoff``: the wait before retry ``n``: exponential with jitter, or the upstream's
-  ``Retry-After`` when that is longer.
+
+Retries wait by ``osmosis_run.retry`` (the one back-off and Retry-After rule).
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import random
 import time
 from collections import deque
-from collections.abc import Mapping
 
-__all__ = ["BURST_S", "AdaptiveLimit", "Budget", "backoff", "retry_after"]
+__all__ = ["BURST_S", "AdaptiveLimit", "Budget"]
 
 BURST_S = 5.0
-# Retry-After values beyond this are taken as this (a misconfigured upstream asking for a day).
-MAX_RETRY_AFTER_S = 300.0
 
 
 class AdaptiveLimit:
@@ -123,31 +118,3 @@ class Budget:
         """Pay ``amount`` afterwards (the tokens a response reported)."""
         self._refill()
         self.level -= amount
-
-
-def backoff(attempt: int, *, base_s: float, max_s: float, rng: random.Random) -> float:
-    """Seconds before retry ``attempt`` (1, 2, ...): uniform in [d/2, d], d = base * 2**(n-1)."""
-    ceiling = min(max_s, base_s * 2 ** (attempt - 1))
-    return rng.uniform(ceiling / 2, ceiling)
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The wait a response asks for: ``retry-after-ms``, or ``retry-after`` (seconds or a date)."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            return min(MAX_RETRY_AFTER_S, max(0.0, float(millis) / 1000))
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return min(MAX_RETRY_AFTER_S, max(0.0, float(value)))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return min(MAX_RETRY_AFTER_S, max(0.0, when.timestamp() - time.time()))

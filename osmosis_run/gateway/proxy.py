@@ -36,8 +36,9 @@ from osmosis_run.gateway._client import UpstreamClient, UpstreamError, UpstreamR
 from osmosis_run.gateway._http import Request, Response, error_body
 from osmosis_run.gateway.accounting import Ledger, RolloutUsage
 from osmosis_run.gateway.cache import ModelCache, cache_key, request_digest
-from osmosis_run.gateway.pacing import AdaptiveLimit, Budget, backoff, retry_after
+from osmosis_run.gateway.pacing import AdaptiveLimit, Budget
 from osmosis_run.gateway.recording import CallRecorder, capped, stream_summary
+from osmosis_run.retry import backoff, retry_after_headers
 
 __all__ = ["Proxy", "ProxyConfig", "upstream_base"]
 
@@ -209,7 +210,7 @@ class Proxy:
                 max_s=self.config.retry_max_s,
                 rng=self._rng,
             )
-            asked = retry_after(sent.headers) if sent.error is None else None
+            asked = retry_after_headers(sent.headers) if sent.error is None else None
             delay = max(wait, asked) if asked is not None else wait
             attempts.append(
                 {

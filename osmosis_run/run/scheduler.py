@@ -47,9 +47,11 @@ from typing import Any, Protocol, TypeVar
 from osmosis_run._construct import construct
 from osmosis_run._json import encode
 from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunError
+from osmosis_run.eventloop import new_event_loop
 from osmosis_run.results.metrics import MetricsAccumulator
 from osmosis_run.results.outcome import is_error
 from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.retry import backoff
 from osmosis_run.run.dataset import is_stream, iter_rows, rollout_id
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import (
@@ -105,9 +107,9 @@ WRITER_PROCESS_FROM = 200
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0
 TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
-# Retries back off exponentially with jitter: attempt n waits a random time in
+# Retries back off by the one rule (osmosis_run/retry.py): attempt n waits a random time in
 # [d/2, d] with d = min(RETRY_MAX_S, RETRY_BASE_S * 2**(n-1)), or the Retry-After the failure
-# carried if that is longer (at most an hour).
+# carried if that is longer (at most MAX_RETRY_AFTER_S).
 RETRY_BASE_S = 0.5
 RETRY_MAX_S = 30.0
 # A rollout past its deadline that ignores its cancellation this long is abandoned.
@@ -143,7 +145,7 @@ def run_to_completion(main: Coroutine[Any, Any, T], threads: WorkerThreads | Non
     (``run/threads.py``: daemon threads, waited for ``CLOSE_GRACE_S`` at most; afterwards its
     ``running`` says how many calls were left).
     """
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()
     if threads is None:
         threads = WorkerThreads(default_size(None))
     loop.set_default_executor(threads)
@@ -247,8 +249,7 @@ def retry_delay(attempt: int, retry_after: float | None, rng: random.Random) -> 
 
     ``retry_after`` (what a rate-limited request asked for) wins when it is longer.
     """
-    ceiling = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (attempt - 1))
-    delay = rng.uniform(ceiling / 2, ceiling)
+    delay = backoff(attempt, base_s=RETRY_BASE_S, max_s=RETRY_MAX_S, rng=rng)
     return max(delay, retry_after) if retry_after is not None else delay
 
 

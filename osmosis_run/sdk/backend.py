@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from osmosis_run import _redact as redact
 from osmosis_run._construct import construct
+from osmosis_run.retry import retry_after, retry_after_headers
 from osmosis_run.sdk import _osmosis_ai
 from osmosis_run.sdk.context import (
     AgentWorkflowContext,
@@ -476,15 +477,13 @@ def _message(exc: BaseException, stage: str) -> str:
     return str(exc) or type(exc).__name__
 
 
-_RETRY_AFTER_MAX_S = 3600.0
-
-
 def retry_after_of(exc: BaseException) -> float | None:
     """The wait a rate-limited request asked for, when the exception (or its cause) shows one.
 
     Looks for a ``retry_after`` attribute (seconds), then a ``Retry-After`` header on the
     exception's ``response`` (httpx, requests and the openai client put the HTTP response
-    there) or ``headers``: a number of seconds or an HTTP date.
+    there) or ``headers``: ``retry-after-ms``, else a number of seconds or an HTTP date, read
+    by the one rule (``osmosis_run.retry``, at most ``MAX_RETRY_AFTER_S``).
     """
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -499,43 +498,12 @@ def retry_after_of(exc: BaseException) -> float | None:
 
 def _retry_after_here(exc: BaseException) -> float | None:
     value = getattr(exc, "retry_after", None)
-    if value is None:
-        headers = getattr(getattr(exc, "response", None), "headers", None)
-        if headers is None:
-            headers = getattr(exc, "headers", None)
-        try:
-            value = headers.get("retry-after") if headers is not None else None
-        except Exception:  # an object that merely looks like headers
-            value = None
-    return _seconds(value)
-
-
-def _seconds(value: object) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        try:
-            seconds = float(value.strip())
-        except ValueError:
-            from_date = _http_date_from_now(value)
-            if from_date is None:
-                return None
-            seconds = from_date
-    else:
-        return None
-    if seconds != seconds or seconds < 0:  # NaN, negative
-        return None
-    return min(seconds, _RETRY_AFTER_MAX_S)
-
-
-def _http_date_from_now(text: str) -> float | None:
-    import email.utils
-    import time
-
+    if value is not None:
+        return retry_after(value)
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        headers = getattr(exc, "headers", None)
     try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+        return retry_after_headers(headers) if headers is not None else None
+    except Exception:  # an object that merely looks like headers
         return None
-    return max(when.timestamp() - time.time(), 0.0)
