@@ -1,8 +1,9 @@
-"""Build our own pydantic models from trusted values, several times faster than pydantic does.
+"""Build our own pydantic models from trusted values, over twice as fast as pydantic does.
 
 ``BaseModel.model_construct`` walks every field in Python, checking aliases and defaults; for
-the five models a rollout builds that is a fifth of the runner's own work per rollout. ``construct``
-makes the same instance from a plan computed once per class: a template holding every field's
+the six models a rollout builds, that is about a tenth of W1-ram's eval (the README's figure,
+from ``tests/perf/bench_construct.py``). ``construct`` makes the same instance from a plan
+computed once per class: a template holding every field's
 default in field order, the default factories, the required fields. A call that gives every
 field in field order (what the runner's own calls do) needs no template: its keyword arguments,
 a dict of its own, become the instance's ``__dict__``. A class the plan cannot reproduce exactly

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from osmosis_run.run.settings import EvalSettings
 from osmosis_run.store.store import read_results
 
 TESTS_DIR = Path(__file__).parent
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 # tests/interop/ drives osmosis-ai's own code (Python >= 3.12): collected only where it imports.
 if importlib.util.find_spec("osmosis_ai") is None:
@@ -43,6 +45,12 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Result
         return runner.invoke(app, list(args), input=input, catch_exceptions=False)
 
     return invoke
+
+
+def stable_id(value: object) -> str:
+    """``repr(value)`` without memory addresses, for ``parametrize(ids=...)``: pytest-xdist's
+    workers each collect the suite and must agree on every test id."""
+    return _ADDRESS.sub("", repr(value))
 
 
 def write_jsonl(path: Path, rows: Sequence[Any]) -> Path:
@@ -113,9 +121,17 @@ class Recorder:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``ray`` run only when asked for (``-m ray``): they start Ray clusters, which
-    must run inside a private network namespace (see tests/test_ray.py); the main suite never
-    starts Ray."""
+    """Test ids must not hold memory addresses (each pytest-xdist worker would collect different
+    tests: use ``ids=stable_id``). Tests marked ``slow`` run first, so that on several workers
+    (``-n 4``) the longest start at once and the short ones fill in around them. Tests marked
+    ``ray`` run only when asked for (``-m ray``): they start Ray clusters, which must run inside a
+    private network namespace (see tests/test_ray.py); the main suite never starts Ray."""
+    unstable = [item.nodeid for item in items if _ADDRESS.search(item.nodeid)]
+    if unstable:
+        raise pytest.UsageError(
+            f"test id holds a memory address (use ids=stable_id): {unstable[0]}"
+        )
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if "ray" in (config.option.markexpr or ""):
         return
     chosen = [item for item in items if item.get_closest_marker("ray") is None]

@@ -1,10 +1,17 @@
-"""A rollout server speaking protocol "0.4" (osmosis-ai 0.3.8's), for eval --server's tests.
+"""A rollout server speaking protocol "0.4" (osmosis-ai 0.3.8's), and the workflow and grader
+that eval --server's tests serve (importable as ``remote_fake``).
 
 A plain ASGI app over osmosis-run's ``LocalBackend``, served by a real uvicorn on loopback: in
 a thread of the test (``served(...)``, its state readable by the test) or as a process of its
-own (``python tests/remote_fake.py --workflow eval_flows:Echo --port N``), to be killed. It
+own (``python tests/remote_fake.py --workflow remote_fake:Mixed --port N``), to be killed. It
 keeps what it was sent (``posts``, ``cancels``, ``polls``) and can refuse admissions with 429
 (``capacity``) like a busy server.
+
+``Mixed`` does what its row's ``metadata.kind`` says, so one dataset gives every status: echo
+(the default), ``raise`` (an agent error), ``flaky`` (an error the first time a prompt is seen in
+this process), ``sleep`` (``metadata.sleep`` seconds, then echo), ``gate`` (wait while the file
+``$REMOTE_GATE`` exists, then echo). ``Judge`` scores an exact match, and removes the sample when
+``metadata.remove`` is set.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import secrets
 import socket
 import sys
@@ -26,6 +34,13 @@ from typing import Any
 
 import uvicorn
 
+from osmosis_run import (
+    AgentWorkflow,
+    AgentWorkflowConfig,
+    AgentWorkflowContext,
+    Grader,
+    GraderContext,
+)
 from osmosis_run.sdk.backend import LocalBackend
 from osmosis_run.sdk.types import ExecutionRequest
 
@@ -33,6 +48,37 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 FINAL = ("success", "failure", "cancelled")
+
+_seen: dict[str, int] = {}
+
+
+class Mixed(AgentWorkflow[AgentWorkflowConfig]):
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> list[dict[str, Any]]:
+        meta = ctx.metadata or {}
+        kind = meta.get("kind", "echo")
+        if kind == "raise":
+            raise RuntimeError("workflow exploded")
+        if kind == "flaky":  # fails the first time each prompt is seen in this process
+            key = str(ctx.prompt)
+            _seen[key] = _seen.get(key, 0) + 1
+            if _seen[key] == 1:
+                raise ConnectionError("upstream hiccup")
+        if kind == "sleep":
+            await asyncio.sleep(float(meta.get("sleep", 0.3)))
+        if kind == "gate":
+            gate = Path(os.environ["REMOTE_GATE"])
+            while await asyncio.to_thread(gate.exists):  # noqa: ASYNC110  (a file, not an event)
+                await asyncio.sleep(0.02)
+        answer = str(ctx.prompt[-1]["content"])
+        return [*ctx.prompt, {"role": "assistant", "content": answer}]
+
+
+class Judge(Grader):
+    async def grade(self, ctx: GraderContext) -> None:
+        assert ctx.sample is not None
+        if (ctx.metadata or {}).get("remove"):
+            ctx.sample.remove_sample = True
+        ctx.set_reward(1.0 if ctx.sample.messages[-1]["content"] == ctx.label else 0.0)
 
 
 @dataclass

@@ -18,8 +18,8 @@ from osmosis_run import LocalBackend
 from osmosis_run.server import create_rollout_server
 
 LEASE = "X-Osmosis-Rollout-Lease"
-# uvicorn's HTTP protocol for these servers: its own by default; tests/test_server_http1.py
-# runs the protocol tests again on osmosis-run serve's (server/http1.py).
+# uvicorn's HTTP protocol for these servers: its own by default; tests/test_listener.py
+# runs the protocol tests again on osmosis-run serve's (http/listener.py).
 HTTP: Any = "auto"
 
 

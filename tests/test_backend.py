@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
+from conftest import stable_id
 from pydantic import Field, ValidationError
 
 from osmosis_run import (
@@ -670,7 +671,7 @@ def test_rewards_are_stored_as_float(reward: float, expected: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "reward", [math.nan, math.inf, "0.5", True, None, object(), [1.0]], ids=repr
+    "reward", [math.nan, math.inf, "0.5", True, None, object(), [1.0]], ids=stable_id
 )
 def test_bad_reward_is_a_validation_error(reward: Any) -> None:
     async def grade(ctx: GraderContext) -> None:
@@ -803,7 +804,7 @@ def test_traceback_is_kept_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     assert extra["traceback"].endswith("RuntimeError: deep failure\n")
     (record,) = caplog.records
     assert record.getMessage() == "workflow of rollout r-tb raised RuntimeError"
-    assert record.exc_info is not None
+    assert record.exc_info is not None or record.exc_text  # text once a secret is registered
 
 
 def test_one_failure_among_fifty_concurrent_rollouts() -> None:

@@ -511,7 +511,7 @@ def test_exit_codes_and_verdicts(
         (["DATA", "-w", "eval_flows:ExactMatch"], 'error: --workflow "eval_flows:ExactMatch" is the class ExactMatch, expected a subclass of AgentWorkflow'),
         (["DATA", "-w", "eval_flows:Echo", "-g", "eval_flows:Echo"], 'error: --grader "eval_flows:Echo" is the class Echo, expected a subclass of Grader'),
         (["DATA", "-w", "eval_flows:Echo", "--workflow-config", "eval_flows:Echo"], 'error: --workflow-config "eval_flows:Echo" is the class Echo, expected an instance of AgentWorkflowConfig; instantiate it in your module'),
-        (["DATA", "-w", "eval_flows:Echo", "-c", "many"], 'error: concurrency "many" is not a number; use a positive integer, or 0 or "unlimited"'),
+        (["DATA", "-w", "eval_flows:Echo", "-c", "many"], """error: --concurrency (command line): must be a whole number of rollouts (1 or more), or 0 or "unlimited" for no limit (got 'many')"""),
         (["DATA", "-w", "eval_flows:Echo", "--agent-timeout", "0"], "error: --agent-timeout (command line): Input should be greater than 0 (got 0.0)"),
         (["DATA"], "error: no workflow: give --workflow module:Class"),
     ],

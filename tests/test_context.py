@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import stable_id
 from pydantic import ValidationError
 
 from osmosis_run import (
@@ -112,7 +113,7 @@ def test_set_reward_stores_finite_numbers_as_float(reward: float, expected: floa
         10**400,
         Decimal("NaN"),
     ],
-    ids=repr,
+    ids=stable_id,
 )
 def test_set_reward_rejects_everything_else_with_validation_error(reward: object) -> None:
     sample = RolloutSample(reward=0.5)

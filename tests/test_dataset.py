@@ -406,40 +406,40 @@ MAXSIZE = str(sys.maxsize)
             [],
             {"OSMOSIS_RUN_LIMIT": TOO_MANY},
             "",
-            f"--limit (environment): Input should be less than or equal to {MAXSIZE} "
+            f"--limit (OSMOSIS_RUN_LIMIT): Input should be less than or equal to {MAXSIZE} "
             f"(got '{TOO_MANY}')",
         ),
         (
             [],
             {"OSMOSIS_RUN_LIMIT": "1e23"},
             "",
-            "--limit (environment): Input should be a valid integer, unable to parse string as "
+            "--limit (OSMOSIS_RUN_LIMIT): Input should be a valid integer, unable to parse string as "
             "an integer (got '1e23')",
         ),
         (
             [],
             {},
             "limit = 1e23",
-            f"--limit (eval.toml): Value error, must be at most {MAXSIZE} (got 1e+23)",
+            f"--limit (limit in eval.toml): must be at most {MAXSIZE} (got 1e+23)",
         ),
         (
             [],
             {},
             f"limit = {TOO_MANY[:-3]}",
-            f"--limit (eval.toml): Input should be less than or equal to {MAXSIZE} "
+            f"--limit (limit in eval.toml): Input should be less than or equal to {MAXSIZE} "
             f"(got {TOO_MANY[:-3]})",
         ),
         (
             [],
             {},
             "[evaluation]\nlimit = 1e23",
-            f"--limit (eval.toml): Value error, must be at most {MAXSIZE} (got 1e+23)",
+            f"--limit (evaluation.limit in eval.toml): must be at most {MAXSIZE} (got 1e+23)",
         ),
         (
             [],
             {},
             "offset = 1e23",
-            f"--offset (eval.toml): Value error, must be at most {MAXSIZE} (got 1e+23)",
+            f"--offset (offset in eval.toml): must be at most {MAXSIZE} (got 1e+23)",
         ),
     ],
 )

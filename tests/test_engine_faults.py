@@ -19,13 +19,9 @@ import pytest
 from conftest import TESTS_DIR, Recorder, open_scheduler, results, subprocess_env, write_jsonl
 from typer.testing import Result
 
-from osmosis_run.run.scheduler import (
-    ABANDON_GRACE_S,
-    RETRY_BASE_S,
-    RETRY_MAX_S,
-    STOP_GRACE_S,
-    retry_delay,
-)
+from osmosis_run.run.deadlines import ABANDON_GRACE_S
+from osmosis_run.run.lifecycle import retry_delay
+from osmosis_run.run.scheduler import STOP_GRACE_S
 from osmosis_run.run.settings import EvalSettings
 
 Cli = Callable[..., Result]
@@ -180,16 +176,6 @@ def test_the_watchdog_names_the_rollout_that_holds_the_event_loop_once(tmp_path:
 
 
 # --- retries back off -----------------------------------------------------------------------
-
-
-def test_retry_delays_grow_exponentially_with_jitter_and_honour_retry_after() -> None:
-    rng = random.Random(7)
-    for attempt in range(1, 12):
-        ceiling = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (attempt - 1))
-        delay = retry_delay(attempt, None, rng)
-        assert ceiling / 2 <= delay <= ceiling
-    assert retry_delay(1, 9.0, rng) == 9.0
-    assert RETRY_BASE_S / 2 <= retry_delay(1, 0.0, rng) <= RETRY_BASE_S
 
 
 @pytest.mark.usefixtures("flows")

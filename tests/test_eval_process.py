@@ -46,6 +46,15 @@ def wait_for_lines(
     raise AssertionError(f"{path} never reached {count} lines")
 
 
+def wait_started(proc: subprocess.Popen[str], settle: float = 0.5) -> None:
+    """Wait for the run's first line (its signal handlers are in place by then), then ``settle``
+    seconds for its rollouts to be under way: no fixed guess at how long start-up takes."""
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert re.match(r"osmosis-run: .*rollouts? .*-> ", line), line + proc.stderr.read()
+    time.sleep(settle)
+
+
 def marker_args(data: Path, concurrency: int = 4) -> list[str]:
     return [str(data), "-w", "eval_flows:Marker", "-g", "eval_flows:ExactMatch", "--out", "run",
             "-c", str(concurrency), "--max-error-rate", "1"]  # fmt: skip
@@ -116,7 +125,7 @@ def test_after_a_hard_kill_resume_loses_and_duplicates_nothing(
 def test_a_second_interrupt_exits_at_once(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
     proc = start([str(data), "-w", "eval_flows:Stubborn", "--out", "run"], tmp_path)
-    time.sleep(1.0)  # started and stuck in rollouts that ignore cancellation
+    wait_started(proc)  # started and stuck in rollouts that ignore cancellation
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
     assert proc.poll() is None, "the first Ctrl-C waits for rollouts to stop"
@@ -239,7 +248,7 @@ def test_a_closed_stdout_stops_the_run_cleanly_and_resumably(tmp_path: Path) -> 
 def test_a_second_interrupt_exits_even_when_a_workflow_blocks_the_loop(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(2))
     proc = start([str(data), "-w", "eval_flows:Blocking", "--out", "run"], tmp_path)
-    time.sleep(1.0)  # started, and stuck in time.sleep inside the event loop
+    wait_started(proc)  # started, and stuck in time.sleep inside the event loop
     proc.send_signal(signal.SIGINT)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
@@ -273,7 +282,7 @@ def test_a_timed_out_call_in_a_thread_does_not_hold_the_finished_run(tmp_path: P
 def test_ctrl_c_ends_a_run_whose_workflows_wait_on_threads(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(3))
     proc = start([str(data), "-w", "eval_flows:InThread", "--out", "run"], tmp_path)
-    time.sleep(1.0)  # started, and each rollout waiting on its thread
+    wait_started(proc)  # started, and each rollout waiting on its thread
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=15)
     assert proc.returncode == 130, stderr

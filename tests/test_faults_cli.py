@@ -150,6 +150,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 DISK_FULL = "error: disk full writing disk/run/"
 
 
+@pytest.mark.slow
 def test_a_real_full_disk_stops_the_writer_process_then_a_resume_finishes(
     tmp_path: Path, small_disk: Path
 ) -> None:
@@ -199,6 +200,7 @@ def writer_child_of(pid: int) -> int:
     raise AssertionError(f"no writer process under {pid}")
 
 
+@pytest.mark.slow
 def test_a_killed_writer_process_is_one_line_exit_4_and_the_run_resumes(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(400, metadata={"sleep": 0.05}))
     markers = tmp_path / "markers"
@@ -483,7 +485,7 @@ def test_a_closed_stderr_does_not_fail_the_run(tmp_path: Path) -> None:
 def test_a_blocked_event_loop_is_said_in_one_line_from_any_thread(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from osmosis_run.cli.render import Reporter
+    from osmosis_run.cli.progress import Reporter
 
     reporter = Reporter(jsonl=False, live=False)
     said = threading.Thread(target=reporter.blocked, args=("q3.s0", 5.2))

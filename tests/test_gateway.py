@@ -564,50 +564,6 @@ def test_preflight_can_be_skipped(tmp_path: Path) -> None:
         assert gateway.url.startswith("http://127.0.0.1:")
 
 
-# The lean upstream client ------------------------------------------------------------------
-
-
-def test_the_upstream_client_speaks_tls_and_reuses_connections(tmp_path: Path) -> None:
-    import shutil
-    import ssl
-    import subprocess
-
-    from osmosis_run.gateway._client import UpstreamClient
-
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command to make a certificate")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-         "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    served.load_cert_chain(cert, key)
-    trusted = ssl.create_default_context(cafile=str(cert))
-    body = json.dumps({"model": "m", "messages": HELLO}).encode()
-
-    async def go(url: str) -> list[Any]:
-        client = UpstreamClient(
-            url, headers={"authorization": f"Bearer {UPSTREAM_KEY}"}, tls=trusted
-        )
-        answers = []
-        for _ in range(3):
-            reply = await client.post("chat/completions", body, seconds=10)
-            answers.append((reply.status_code, json.loads(await reply.aread())))
-        idle = len(client.idle)
-        await client.aclose()
-        return [answers, idle]
-
-    with serve_upstream(api_key=UPSTREAM_KEY, tls=served) as up:
-        answers, idle = asyncio.run(go(up.url))
-    assert up.url.startswith("https://")
-    assert [status for status, _ in answers] == [200] * 3
-    assert answers[0][1]["choices"][0]["message"]["content"] == "echo: hello there model"
-    assert idle == 1  # one connection, kept alive across the three requests
-
-
 def test_a_client_expecting_100_continue_is_answered(up: Upstream, tmp_path: Path) -> None:
     import subprocess
 

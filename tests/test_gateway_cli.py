@@ -345,8 +345,8 @@ def test_no_preflight_lets_the_rollouts_fail_instead(cli: Cli, data: Path, tmp_p
         ),
         (
             ["--token-price", "2.5"],
-            "--token-price (command line): Value error, expected PROMPT,COMPLETION: two prices in "
-            "USD per million tokens, such as 2.5,10 (got '2.5')",
+            "--token-price (command line): expected PROMPT,COMPLETION: two prices in USD "
+            "per million tokens, such as 2.5,10 (got '2.5')",
         ),
         (
             ["--model-cache-mode", "sometimes"],

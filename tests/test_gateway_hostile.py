@@ -45,9 +45,11 @@ def up() -> Iterator[Upstream]:
 
 
 def limits(**values: Any) -> Any:
-    from osmosis_run.gateway._http import Limits
+    from dataclasses import replace
 
-    return Limits(**values)
+    from osmosis_run.gateway.host import LIMITS
+
+    return replace(LIMITS, **values)
 
 
 # Raw sockets -------------------------------------------------------------------------------
@@ -213,7 +215,7 @@ RAW: list[Raw] = [
     Raw("a control byte in the target", lambda t: post(t, path=t.post + b"?q=\x01"), 400),
     Raw("a tab in the target", lambda t: post(t, path=t.post + b"?q=\t"), 400),
     Raw("an unknown HTTP version", lambda t: post(t, version=b"HTTP/1.x"), 400),
-    Raw("a non-ASCII header value", lambda t: post(t, b"x-note: caf\xc3\xa9"), 400),
+    Raw("obs-text in a header value", lambda t: post(t, b"x-note: caf\xc3\xa9"), 200),
     Raw("a NUL in a header value", lambda t: post(t, b"x-note: a\x00b"), 400),
     Raw("a control byte in a header value", lambda t: post(t, b"x-note: a\x01b"), 400),
     Raw("a DEL in a header value", lambda t: post(t, b"x-note: a\x7fb"), 400),
@@ -273,27 +275,27 @@ def test_raw_requests_are_refused_as_h11_and_httptools_refuse_them(
 def test_a_refusal_says_why(listener: Listener) -> None:
     cases = {
         "conflicting content-lengths": (
-            "malformed request: more than one Content-Length header",
+            "invalid HTTP request: more than one Content-Length",
             "bad_request",
         ),
         "chunked, identity": (
-            "malformed request: Transfer-Encoding 'chunked, identity' (only chunked is supported)",
+            "invalid HTTP request: Transfer-Encoding is not chunked",
             "bad_request",
         ),
         "transfer-encoding and content-length": (
-            "malformed request: both Transfer-Encoding and Content-Length",
+            "invalid HTTP request: both Content-Length and Transfer-Encoding",
             "bad_request",
         ),
         "a header line without a colon": (
-            "malformed request: a header line without a colon",
+            "invalid HTTP request: a header line is not NAME: VALUE with NAME a token",
             "bad_request",
         ),
         "a trailer line without a colon": (
-            "malformed request: trailer: a header line without a colon",
+            "invalid HTTP request: a trailer line is not NAME: VALUE with NAME a token",
             "bad_request",
         ),
         "a content-length past the body limit": (
-            "request body too large: 67108865 bytes (the gateway takes at most 67108864)",
+            "request body over the 64 MiB limit (67108864 bytes)",
             "body_too_large",
         ),
     }
@@ -317,9 +319,7 @@ def test_a_chunked_body_past_the_limit_is_413(up: Upstream, tmp_path: Path) -> N
         )
         fits = send_raw(listener, post(listener.target))
     assert (status, was_closed) == (413, True)
-    assert json.loads(body)["error"]["message"] == (
-        "request body too large: over 1000 bytes (the gateway takes at most 1000)"
-    )
+    assert json.loads(body)["error"]["message"] == ("request body over the 1000 bytes limit")
     assert fits[0] == 200
 
 
@@ -503,30 +503,33 @@ def test_a_connection_in_use_is_kept_past_the_keep_alive_timeout(
 
 
 @pytest.mark.parametrize(
-    ("sent", "message"),
+    ("sent", "timeouts", "message"),
     [
-        (b"POST /v1/models HTTP/1.1\r\nhost: x\r\n", "request head not received within 0.5 s"),
+        (
+            b"POST /v1/models HTTP/1.1\r\nhost: x\r\n",
+            {"head_timeout_s": 0.5, "body_timeout_s": 10.0},
+            "the request head did not arrive within 0.5 s",
+        ),
         (
             b"POST /v1/models HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{}",
-            "request body not received within 0.5 s",
+            {"head_timeout_s": 10.0, "body_timeout_s": 0.5},
+            "the request body did not arrive within 0.5 s of its head",
         ),
     ],
     ids=["head", "body"],
 )
 def test_a_request_that_arrives_too_slowly_gets_408(
-    up: Upstream, tmp_path: Path, sent: bytes, message: str
+    up: Upstream, tmp_path: Path, sent: bytes, timeouts: dict[str, float], message: str
 ) -> None:
-    timeouts = limits(keep_alive_s=5.0, head_timeout_s=0.5, body_timeout_s=0.5)
-    with running(up, tmp_path, limits=timeouts) as gateway, connect(port_of(gateway)) as sock:
+    with (
+        running(up, tmp_path, limits=limits(keep_alive_s=10.0, **timeouts)) as gateway,
+        connect(port_of(gateway), timeout=10.0) as sock,
+    ):
         started = time.monotonic()
         for byte in sent:  # a byte at a time (slowloris): each resets no timer
             sock.sendall(bytes([byte]))
             time.sleep(0.005)
-        (
-            status,
-            _,
-            body,
-        ) = read_response(sock)
+        status, _, body = read_response(sock)
         elapsed = time.monotonic() - started
         assert closed(sock)
     assert status == 408
@@ -535,7 +538,7 @@ def test_a_request_that_arrives_too_slowly_gets_408(
         "type": "osmosis_run_gateway",
         "code": "request_timeout",
     }
-    assert elapsed < 2.0
+    assert elapsed < 5.0  # not the other clock (10 s)
 
 
 def test_at_the_connection_limit_the_longest_idle_connection_makes_room(
@@ -577,7 +580,7 @@ def test_at_the_connection_limit_with_none_idle_a_new_client_gets_503(
     assert refused.headers["retry-after"] == "1"
     assert refused.headers["connection"] == "close"
     assert refused.json()["error"] == {
-        "message": "the gateway has 4 connections open, all busy (its limit); retry shortly",
+        "message": "the server has 4 connections open, all busy (its limit); retry",
         "type": "osmosis_run_gateway",
         "code": "overloaded",
     }

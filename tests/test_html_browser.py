@@ -386,6 +386,7 @@ def test_compare_matrix_and_filters(opened: Any, comparison: Path) -> None:
     assert pwned(view.page)[0] is None
 
 
+@pytest.mark.slow
 def test_a_big_run_opens(opened: Any, runs: Runs, tmp_path: Path) -> None:
     big = runs.root / "big"
     if not big.exists():

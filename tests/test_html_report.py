@@ -449,6 +449,7 @@ def test_over_the_budget_only_failing_transcripts_are_embedded(
     assert data["limits"]["embedded"] == 10
 
 
+@pytest.mark.slow
 def test_20000_rollouts_stay_within_the_size_budget(tmp_path: Path) -> None:
     run = synthetic_run(tmp_path, 20_000, content="y" * 3_000)
 

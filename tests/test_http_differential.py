@@ -1,5 +1,5 @@
-"""``osmosis-run serve`` and the model gateway refuse every raw request that both h11 and
-httptools refuse.
+"""``osmosis-run serve`` and the model gateway (the two fronts of http/listener.py) refuse every
+raw request that both h11 and httptools refuse.
 
 The cases of tests/http_cases.py go to three listeners: uvicorn with its h11 protocol and with
 its httptools protocol (in this process, a trivial app behind them), and a real

@@ -90,6 +90,7 @@ def test_the_project_validates_clean(cli: Cli, tmp_path: Path) -> None:
     assert checked.stderr == "demo/dataset.jsonl: 10 rows, 0 invalid\n"
 
 
+@pytest.mark.slow
 def test_the_generated_tests_pass(cli: Cli, tmp_path: Path) -> None:
     assert cli("init", "my-agent").exit_code == 0
     project = tmp_path / "my-agent"
@@ -109,6 +110,7 @@ def test_the_generated_tests_pass(cli: Cli, tmp_path: Path) -> None:
     assert done.stdout.splitlines()[-1].startswith("6 passed")
 
 
+@pytest.mark.slow
 def test_two_projects_side_by_side_are_tested_by_one_pytest(cli: Cli, tmp_path: Path) -> None:
     """No "import file mismatch": each project's module and tests have names of their own."""
     made = cli("init", "alpha")

@@ -154,19 +154,26 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
 
 
 def find_writer(runner: subprocess.Popen[bytes], results: Path) -> Process | None:
-    """The runner's writer process: its child running _writer_child.py on this run's results."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    """The runner's writer process: its child running _writer_child.py on this run's results.
+
+    The children come from ``/proc/<pid>/task/*/children``, not a walk of all of /proc: the
+    storm polls this every 10 ms, and a busy machine has thousands of processes."""
+    children: list[int] = []
+    for task in Path(f"/proc/{runner.pid}/task").glob("*/children"):
+        try:
+            children += [int(pid) for pid in task.read_text().split()]
+        except OSError:
             continue
-        stat = _stat(int(entry.name))
+    for pid in children:
+        stat = _stat(pid)
         if stat is None or stat[0] != runner.pid:
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
         if any(a.endswith(b"_writer_child.py") for a in argv) and os.fsencode(results) in argv:
-            return Process(int(entry.name), stat[1])
+            return Process(pid, stat[1])
     return None
 
 

@@ -13,12 +13,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import typer
 from conftest import subprocess_env, write_jsonl
 from typer.testing import Result
 
+from osmosis_run.cli import app
 from osmosis_run.run.components import load_components, selection_of
 from osmosis_run.run.fingerprint import build_fingerprint, default_run_dir
-from osmosis_run.run.settings import EvalSettings, resolve_settings
+from osmosis_run.run.settings import EvalSettings, Execution, option_name, resolve_settings
 
 ROW = {"prompt": "a", "ground_truth": "a"}
 
@@ -64,6 +66,27 @@ def test_the_defaults_run_locally_with_adaptive_batches() -> None:
         "auto",
     )
     assert (e.ray_shared_fs, e.ray_ready_timeout) == (False, 120.0)
+
+
+def test_evals_ray_options_are_the_settings_and_say_their_defaults() -> None:
+    """Each ``--ray-*`` option is an ``Execution`` field (the one definition the Ray backend
+    reads); the defaults the help text states are the model's."""
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    command = group.commands["eval"]
+    helps = {
+        name: param.help or ""
+        for param in command.params
+        if isinstance(param, typer.core.TyperOption)
+        for name in param.opts
+        if name.startswith("--ray-")
+    }
+    fields = Execution.model_fields
+    assert sorted(helps) == sorted(option_name(key) for key in fields if key.startswith("ray_"))
+    assert f"(default {fields['ray_ready_timeout'].default:g})" in helps["--ray-ready-timeout"]
+    assert f"{fields['ray_batch'].default} (default)" in helps["--ray-batch"]
+    assert f"{fields['ray_actor_cpus'].default:g} for" in helps["--ray-actor-cpus"]
+    assert "(default)" in helps["--ray-actor-cpus"]
 
 
 def test_a_bad_backend_or_batch_is_one_line_and_exit_2(

@@ -10,8 +10,9 @@ from run_dirs import finished, line, write_run
 
 from osmosis_run.backends.regrade import RegradeExecutor
 from osmosis_run.errors import ConfigError, RunDirError
+from osmosis_run.run.loop import run_to_completion
 from osmosis_run.run.regrade import NoWorkflow, RecordedRun, prepare_grade
-from osmosis_run.run.scheduler import Scheduler, run_to_completion
+from osmosis_run.run.scheduler import Scheduler
 from osmosis_run.sdk.context import AgentWorkflowContext
 from osmosis_run.sdk.types import AgentWorkflowConfig, RolloutErrorCategory, RolloutStatus
 from osmosis_run.store.store import read_results
@@ -119,7 +120,7 @@ def test_the_engine_grades_a_hand_made_source(
     assert (plan.planned, plan.concurrency, plan.settings.execution.retries) == (2, 4, 0)
 
     outcome = run_to_completion(
-        Scheduler.open(plan, RegradeExecutor.from_plan(plan), writer_process=False).run()
+        Scheduler.open(plan, RegradeExecutor.from_plan(plan), writer_process_from=None).run()
     )
 
     assert outcome.summary.complete is True

@@ -56,7 +56,7 @@ def test_results_are_the_same_with_or_without_a_writer_process(
             "concurrency": 8,
         }
     )
-    runner = open_scheduler(s, writer_process=writer_process, writer_process_from=1)
+    runner = open_scheduler(s, writer_process_from=1 if writer_process else None)
     outcome = asyncio.run(runner.run())
     assert runner.store is not None
     assert runner.store.background is writer_process

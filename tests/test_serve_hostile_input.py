@@ -1,4 +1,5 @@
-"""``osmosis-run serve`` under hostile protocol bodies and ids, failing writes and restarts.
+"""``osmosis-run serve`` under hostile protocol bodies and ids, failing writes and restarts, and
+the pass threshold of its config that its records follow.
 
 Each test runs a real ``osmosis-run serve`` process on loopback (or, where a fault has to be
 injected into the service, the real app under uvicorn in this process) and the real file system:
@@ -316,3 +317,18 @@ def test_a_restarted_server_knows_what_its_run_directory_recorded(
     assert [x["row_index"] for x in lines] == [0, 1, 2]
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["rollouts"], summary["reward_all"]["mean"]) == (3, pytest.approx(2 / 3))
+
+
+def test_a_served_rollout_passes_by_the_configs_pass_threshold(
+    serve: Callable[..., Serve], tmp_path: Path
+) -> None:
+    config = tmp_path / "serve.toml"
+    config.write_text("pass_threshold = 0.0\n")
+    server = serve(tmp_path / "lenient", "--config", str(config))
+    assert server.run("wrong", label="nope")["status"] == "success"  # reward 0.0
+    code, err = server.stop()
+    assert code == 0, err
+    [line] = server.lines()
+    assert (line["reward"], line["passed"]) == (0.0, True)
+    summary = json.loads((tmp_path / "lenient" / "summary.json").read_text())
+    assert summary["pass_threshold"] == 0.0

@@ -140,8 +140,8 @@ def test_a_call_left_in_a_thread_does_not_hold_the_stopped_server(
     code, err = process.stop(signal.SIGTERM)  # drains 10 s, then cancels; the thread sleeps on
     assert code == 0, err
     assert err.splitlines()[1:] == [
-        "osmosis-run serve: 1 blocking call(s) still running in worker threads "
-        "(asyncio.to_thread); not waiting for them",
+        "osmosis-run serve: 1 blocking call was still running in worker threads "
+        "(asyncio.to_thread) after their rollouts were cancelled; not waiting for them",
         f"osmosis-run serve: stopped; 1 rollout(s) recorded in {out}",
     ]
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
@@ -195,7 +195,8 @@ def test_a_taken_port_is_one_line_and_exit_2(cli: Callable[..., Any], tmp_path: 
         ),
         (
             ["-w", "server_flows:Upper", "--concurrency", "-3"],
-            "error: --concurrency (command line): must be at least 1, or unlimited (got '-3')\n",
+            "error: --concurrency (command line): must be a whole number of rollouts (1 or more), "
+            "or 0 or \"unlimited\" for no limit (got '-3')\n",
         ),
         (
             ["-w", "server_flows:Upper", "--port", "70000"],

@@ -45,14 +45,15 @@ def test_markdown_summary_of_a_run_with_gates() -> None:
         "| --- | --- |\n"
         "| rollouts | 3 of 3: 1 failure, 2 success |\n"
         "| errors | 1 agent_error |\n"
-        "| mean reward (failed rollouts count as 0) | 0.500 (n=3) |\n"
-        "| mean reward (graded) | 0.750 (n=2) |\n"
+        "| reward (graded) | mean 0.750 &nbsp;std 0.250 &nbsp;min 0.500 &nbsp;median 0.750 &nbsp;"
+        "max 1.000 &nbsp;(n=2) |\n"
+        "| reward (all) | mean 0.500 &nbsp;std 0.408 &nbsp;(n=3, failed rollouts count as 0) |\n"
         "| pass rate | 33.3% (1/3 at reward &gt;= 1) |\n"
-        "| workflow ms p50 / p90 / p99 | 1.0 / 1.0 / 1.0 |\n"
-        "| grader ms p50 / p90 / p99 | 0.5 / 0.5 / 0.5 |\n"
-        "| wall time | 1.25s |\n"
-        "| metadata.op=(none) | 2 rollouts, mean 0.250, pass 0.0%, errors 1 |\n"
-        "| metadata.op=add | 1 rollout, mean 1.000, pass 100.0%, errors 0 |\n"
+        "| workflow ms | p50 1.0 &nbsp;p90 1.0 &nbsp;p99 1.0 |\n"
+        "| grader ms | p50 0.5 &nbsp;p90 0.5 &nbsp;p99 0.5 |\n"
+        "| wall | 1.25s &nbsp;(-) |\n"
+        "| metadata.op=(none) | 2 rollouts &nbsp;mean 0.250 &nbsp;pass 0.0% &nbsp;errors 1 |\n"
+        "| metadata.op=add | 1 rollout &nbsp;mean 1.000 &nbsp;pass 100.0% &nbsp;errors 0 |\n"
         "\n"
         "- :white_check_mark: mean &gt;= 0.5: held (0.5000)\n"
         "- :x: error budget: exceeded (1 of 3 rollouts failed, 33.33%; 0 allowed)\n"
@@ -72,8 +73,8 @@ def test_markdown_summary_without_gates_or_errors() -> None:
     text = markdown_summary(summary, [], run_dir=Path("r"), title="t")
 
     assert text.splitlines()[:4] == ["### t", "", "Run `r`: interrupted.", ""]
-    assert "| pass@k | k=1: 0.500, k=2: 1.000 |" in text.splitlines()
-    assert "| pass^k | k=1: 0.500, k=2: 0.000 |" in text.splitlines()
+    assert "| pass@k | k=1 0.500 &nbsp;k=2 1.000 |" in text.splitlines()
+    assert "| pass^k | k=1 0.500 &nbsp;k=2 0.000 |" in text.splitlines()
     assert "First errors" not in text
     assert ":x:" not in text
 
@@ -92,7 +93,7 @@ def test_user_text_cannot_break_the_table() -> None:
 
     text = markdown_summary(summary, [], run_dir=Path("runs/`x`"), title="t")
 
-    assert "| metadata.team=a\\|b &lt;img src=x&gt; | 1 rollout, mean 1.000," in text
+    assert "| metadata.team=a\\|b &lt;img src=x&gt; | 1 rollout &nbsp;mean 1.000 " in text
     assert "Run `runs/'x'`: finished." in text
 
 

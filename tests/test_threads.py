@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -11,7 +10,6 @@ from concurrent.futures import CancelledError
 
 import pytest
 
-from osmosis_run.run.scheduler import CLOSE_GRACE_S, run_to_completion
 from osmosis_run.run.threads import WorkerThreads, default_size
 
 
@@ -134,21 +132,3 @@ def test_the_size_follows_the_concurrency_and_never_goes_below_asyncios() -> Non
     assert default_size(None) == floor
     assert default_size(1) == floor
     assert default_size(floor + 60) == floor + 60
-
-
-def test_run_to_completion_makes_it_the_default_executor_and_does_not_wait_for_it(
-    gate: threading.Event,
-) -> None:
-    pool = WorkerThreads(4)
-
-    async def main() -> str:
-        name = await asyncio.to_thread(lambda: threading.current_thread().name)
-        left = asyncio.ensure_future(asyncio.to_thread(gate.wait))
-        await asyncio.sleep(0.05)
-        left.cancel()  # a rollout cancelled while its call runs on in the thread
-        return name
-
-    began = time.monotonic()
-    assert run_to_completion(main(), pool) == "osmosis-run worker 0"
-    assert time.monotonic() - began < CLOSE_GRACE_S + 2
-    assert pool.running == 1

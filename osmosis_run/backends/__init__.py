@@ -2,7 +2,7 @@
 
 ``local`` runs the user's classes in this process (``LocalBackend``); ``osmosis_ai`` runs
 osmosis_ai classes unchanged (with osmosis_ai's own context objects); ``remote`` has a rollout
-server run them (``--server URL``, needs httpx: ``osmosis-run[remote]``); ``ray`` runs them on a
+server run them (``--server URL``, needs httptools: ``osmosis-run[remote]``); ``ray`` runs them on a
 pool of Ray actors (imported only for ``--backend ray``); ``fake`` answers attempts from a
 function, for tests of the engine. ``executor_for(plan)`` picks the one a plan asks for.
 """
@@ -23,9 +23,9 @@ def executor_for(plan: Plan) -> Executor:
     ``--backend ray``, else the in-process one.
 
     Raises:
-        ConfigError: ``--server`` without httpx installed, ``--backend ray`` without Ray.
+        ConfigError: ``--server`` without httptools installed, ``--backend ray`` without Ray.
     """
-    if plan.settings.execution.server is not None:
+    if plan.settings.execution.remote:
         try:
             from osmosis_run.backends.remote import RemoteExecutor
         except ModuleNotFoundError as exc:

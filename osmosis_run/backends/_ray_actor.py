@@ -33,10 +33,9 @@ import platform
 import shutil
 import socket
 import tempfile
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pydantic
 
@@ -44,7 +43,7 @@ import osmosis_run
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.errors import OsmosisRunError
 from osmosis_run.run.components import load_components
-from osmosis_run.run.scheduler import within_deadline
+from osmosis_run.run.deadlines import Deadlines
 from osmosis_run.run.seam import Attempt
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.run.threads import WorkerThreads, default_size
@@ -63,7 +62,6 @@ __all__ = [
     "versions",
 ]
 
-T = TypeVar("T")
 
 # What one rollout's artifacts may weigh to travel back with its reply; files past it (in path
 # order) are left out and listed in result.json ("artifacts": {"omitted": [...]}).
@@ -102,41 +100,6 @@ def versions() -> dict[str, str]:
     }
 
 
-class _Deadlines:
-    """The engine's deadline rule, on the worker: a stage past its deadline is a timeout."""
-
-    def __init__(self) -> None:
-        self.abandoned: set[asyncio.Future[Any]] = set()
-
-    async def within(
-        self,
-        stage: str,  # noqa: ARG002  (every stage alike)
-        seconds: float | None,
-        work: Coroutine[Any, Any, T],
-        *,
-        rollout_id: str,
-        timed_out: Any,
-    ) -> T:
-        """Run ``work`` within ``seconds``; past it (or returned late), ``timed_out()``.
-
-        The engine's own deadline machinery, on the worker: code that ignores its cancellation
-        is kept in ``abandoned`` until it ends.
-        """
-        return await within_deadline(
-            seconds,
-            work,
-            rollout_id=rollout_id,
-            timed_out=timed_out,
-            abandon_grace_s=ABANDON_GRACE_S,
-            orphan=self._abandon,
-        )
-
-    def _abandon(self, task: asyncio.Future[Any]) -> None:
-        if not task.done():
-            self.abandoned.add(task)
-            task.add_done_callback(self.abandoned.discard)
-
-
 @dataclass(eq=False)
 class _Batch:
     """One ``run_batch`` call's rollouts: the replies not handed over yet, how many are left."""
@@ -156,7 +119,7 @@ class RolloutActor:
         self._executor: LocalExecutor | None = None
         self._root: Path | None = None
         self._ship = True
-        self._deadlines = _Deadlines()
+        self._deadlines = Deadlines(abandon_grace_s=ABANDON_GRACE_S)  # the engine's rule, here
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._batches: dict[int, _Batch] = {}
         self._threads: WorkerThreads | None = None

@@ -51,7 +51,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from osmosis_run._construct import construct
 from osmosis_run.backends._ray_actor import (
@@ -78,7 +78,7 @@ except ImportError:  # pragma: no cover  (the ray extra is part of the test extr
         '--backend ray needs Ray on this machine: pip install "osmosis-run[ray]"'
     ) from None
 
-__all__ = ["ARTIFACTS_CAP", "RayExecutor", "RayOptions", "runtime_env_of"]
+__all__ = ["ARTIFACTS_CAP", "RayExecutor", "runtime_env_of"]
 
 # The driver's own bound on a call, past the rollout's agent and grader timeouts (which the
 # actor enforces): a reply that never comes is a timeout, not a run held forever.
@@ -117,18 +117,6 @@ class _ActorDied(BackendError):
     """A new actor died before it was ready (a missing module, a node that went away)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RayOptions:
-    """The ``--ray-*`` options, resolved."""
-
-    address: str | None = None
-    actors: int | None = None
-    actor_cpus: float = 0.0
-    batch: int | Literal["auto"] = "auto"
-    shared_fs: bool = False
-    ready_timeout: float = 120.0
-
-
 @dataclass(eq=False)
 class _Slot:
     """One place of the pool: its actor (None while it is being replaced) and its batch."""
@@ -159,9 +147,9 @@ class _Call:
 class RayExecutor:
     """Run attempts on a pool of Ray actors (see the module docstring)."""
 
-    def __init__(self, plan: Plan, options: RayOptions) -> None:
+    def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.options = options
+        self.options = options = plan.settings.execution  # the --ray-* options
         self._slots: list[_Slot] = []
         self._calls: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
@@ -170,24 +158,13 @@ class RayExecutor:
         self._connected = False
         self._per_actor: int | None = None
         self._key = plan.settings.execution.api_key_value()
-        self._batch = AUTO_BATCH if options.batch == "auto" else options.batch
+        self._batch = AUTO_BATCH if options.ray_batch == "auto" else options.ray_batch
         self._keys = itertools.count()
 
     @classmethod
     def from_plan(cls, plan: Plan) -> RayExecutor:
         """The executor of a plan's ``--ray-*`` options."""
-        e = plan.settings.execution
-        return cls(
-            plan,
-            RayOptions(
-                address=e.ray_address,
-                actors=e.ray_actors,
-                actor_cpus=e.ray_actor_cpus,
-                batch=e.ray_batch,
-                shared_fs=e.ray_shared_fs,
-                ready_timeout=e.ray_ready_timeout,
-            ),
-        )
+        return cls(plan)
 
     @property
     def limit(self) -> int | None:
@@ -195,14 +172,14 @@ class RayExecutor:
         ``--ray-batch``; times the actors."""
         if self._per_actor is None:
             return None
-        batch = self.options.batch
+        batch = self.options.ray_batch
         per_actor = self._per_actor if batch == "auto" else max(self._per_actor, 2 * batch)
         return max(len(self._slots), 1) * per_actor
 
     @property
     def local_artifacts(self) -> bool:
         """With ``--ray-shared-fs`` only: the actors write into the run directory."""
-        return self.options.shared_fs
+        return self.options.ray_shared_fs
 
     def adopt_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
         """Nothing to do: the actors make their own directories."""
@@ -223,7 +200,7 @@ class RayExecutor:
             self._per_actor = (
                 config.concurrency.max_concurrent if config is not None else DEFAULT_MAX_CONCURRENT
             )
-            probe = self._write_probe() if self.options.shared_fs else None
+            probe = self._write_probe() if self.options.ray_shared_fs else None
             self._slots = [_Slot(i) for i in range(count)]
             try:
                 await self._start_all(probe)
@@ -251,7 +228,7 @@ class RayExecutor:
             raise first from None
 
     def _connect(self) -> None:
-        address = self.options.address or os.environ.get("RAY_ADDRESS") or None
+        address = self.options.ray_address or os.environ.get("RAY_ADDRESS") or None
         kwargs: dict[str, Any] = {
             "runtime_env": runtime_env_of(self.plan),
             "logging_level": logging.WARNING,
@@ -270,7 +247,7 @@ class RayExecutor:
 
     def _actor_count(self) -> int:
         """``--ray-actors``, else as many as the cluster's CPUs hold; checked against them."""
-        cpus = self.options.actor_cpus
+        cpus = self.options.ray_actor_cpus
         nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
         per_node = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes]
         total = sum(per_node)
@@ -279,8 +256,8 @@ class RayExecutor:
                 f"--ray-actor-cpus {cpus:g}: no node of the Ray cluster has {cpus:g} CPUs (the "
                 f"largest has {max(per_node, default=0):g}); lower it, or add a bigger node"
             )
-        if self.options.actors is not None:
-            count = self.options.actors
+        if self.options.ray_actors is not None:
+            count = self.options.ray_actors
             if cpus > 0 and count * cpus > total:
                 raise BackendError(
                     f"--ray-actors {count} x --ray-actor-cpus {cpus:g} needs {count * cpus:g} "
@@ -322,7 +299,8 @@ class RayExecutor:
         """Check a new actor's versions and have it load the classes; return its node."""
         hello = await self._ready(handle.hello.remote(), "start")
         _check_versions(hello)
-        shared = str((self.plan.run_dir / ROLLOUTS).absolute()) if self.options.shared_fs else None
+        shared_fs = self.options.ray_shared_fs
+        shared = str((self.plan.run_dir / ROLLOUTS).absolute()) if shared_fs else None
         spec = _spec(self.plan)
         # The run's whole window: an actor holds its share, more while another is replaced, and
         # its threads (for asyncio.to_thread) start only when used.
@@ -345,7 +323,7 @@ class RayExecutor:
         Raises:
             BackendError: the actor died (a missing module, ...) or took too long.
         """
-        timeout = self.options.ready_timeout
+        timeout = self.options.ray_ready_timeout
         try:
             return await asyncio.wait_for(_awaitable(ref), timeout)
         except TimeoutError:
@@ -362,7 +340,7 @@ class RayExecutor:
             ) from None
 
     def _asks(self) -> str:
-        cpus = self.options.actor_cpus
+        cpus = self.options.ray_actor_cpus
         return f"{cpus:g} CPU each" if cpus else "no CPU"
 
     # -- running ---------------------------------------------------------------------

@@ -43,21 +43,18 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import secrets
-import ssl
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
-import httpx
 from pydantic import ValidationError
 
 from osmosis_run._construct import construct
-from osmosis_run.backends._http11 import Http11Pool, usable_for
 from osmosis_run.errors import ConfigError, InfrastructureError
+from osmosis_run.http.client import Client, Proxied, Response, TransportError, proxy_for
 from osmosis_run.retry import retry_after_headers
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.rollouts import timed_out
@@ -93,10 +90,6 @@ HEALTH_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0
 # Rollouts in flight when neither --concurrency nor the server's health says (as in-process).
 DEFAULT_LIMIT = DEFAULT_MAX_CONCURRENT
-# The connections are split among clients, one per SHARD_SIZE rollouts in flight: what
-# httpcore's pool spends on a request grows with the square of the requests it holds.
-SHARD_SIZE = 8
-MAX_SHARDS = 64
 _FINAL = frozenset({"success", "failure", "cancelled"})
 
 
@@ -127,8 +120,10 @@ class RemoteExecutor:
         url: the server's base URL (``http://host:port``, maybe with a path prefix).
         api_key: sent as ``Authorization: Bearer`` on every request (None: no header).
         retry_delays_s: pauses between retries of a transport error or a 502/503/504.
-        in_flight: rollouts the run keeps in flight: a count, ``"unlimited"``, or None (the
-            executor's ``limit``); it decides how many shards the connections are split in.
+        deadline_margin_s: what the whole attempt may take beyond its two timeouts.
+
+    Requests go through ``osmosis_run.http.client.Client``, or through httpx (``Proxied``) when
+    the environment names a proxy for the URL.
     """
 
     def __init__(
@@ -137,17 +132,16 @@ class RemoteExecutor:
         *,
         api_key: str | None = None,
         retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S,
-        in_flight: int | Literal["unlimited"] | None = None,
+        deadline_margin_s: float = DEADLINE_MARGIN_S,
     ) -> None:
         self.url = url.rstrip("/")
         self.retry_delays_s = retry_delays_s
-        self.in_flight = in_flight
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.deadline_margin_s = deadline_margin_s
+        headers = {"accept": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
         self._headers = headers
-        self._shards: list[httpx.AsyncClient] = []
-        self._verify: ssl.SSLContext | bool = True
-        self._turn = 0
-        self._lean: Http11Pool | None = None
+        self._http: Client | Proxied | None = None
         self._limit: int | None = None
 
     @classmethod
@@ -155,11 +149,7 @@ class RemoteExecutor:
         """The executor of a plan with ``--server``."""
         execution = plan.settings.execution
         assert execution.server is not None
-        return cls(
-            execution.server,
-            api_key=execution.server_api_key_value(),
-            in_flight=execution.concurrency and (plan.concurrency or "unlimited"),
-        )
+        return cls(execution.server, api_key=execution.server_api_key_value())
 
     @property
     def limit(self) -> int | None:
@@ -181,40 +171,27 @@ class RemoteExecutor:
             ConfigError: a wrong URL, a refused connection, a refused key, not a rollout
                 server, or one shutting down (exit code 2, nothing ran).
         """
-        # One TLS context for every shard (loading the CA bundle costs ~0.1 s); none for http.
-        self._verify = httpx.create_ssl_context() if self.url.startswith("https:") else False
-        self._shards = [self._pool()]
+        if proxy_for(self.url) is None:
+            self._http = Client(self.url, headers=self._headers, connect_timeout_s=HEALTH_TIMEOUT_S)
+        else:
+            self._http = Proxied(
+                self.url, headers=self._headers, connect_timeout_s=HEALTH_TIMEOUT_S
+            )
         try:
             health = await self._health()
-        finally:
+        except BaseException:
             await self.close()
+            raise
         self._limit = _max_concurrent(health)
-        in_flight = self.in_flight if self.in_flight is not None else self._limit or DEFAULT_LIMIT
-        shards = MAX_SHARDS if in_flight == "unlimited" else -(-in_flight // SHARD_SIZE)
-        self._shards = [self._pool() for _ in range(min(shards, MAX_SHARDS))]
-        if usable_for(self.url, os.environ):
-            keep = 1024 if in_flight == "unlimited" else in_flight + SHARD_SIZE
-            self._lean = Http11Pool(self.url, headers=self._headers, keep=keep)
-
-    def _pool(self) -> httpx.AsyncClient:
-        """One shard of the connections: it keeps a few more alive than its share of rollouts."""
-        return httpx.AsyncClient(
-            base_url=self.url,
-            headers=self._headers,
-            verify=self._verify,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=SHARD_SIZE + 2),
-            timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=HEALTH_TIMEOUT_S),
-            follow_redirects=False,
-        )
 
     async def _health(self) -> dict[str, Any]:
         where = f"--server {self.url}"
         try:
-            response = await self._client.get("/health", timeout=HEALTH_TIMEOUT_S)
-        except httpx.HTTPError as exc:
+            response = await self._request("GET", "/health", within_s=HEALTH_TIMEOUT_S)
+        except TransportError as exc:
             raise ConfigError(
-                f"{where}: cannot reach the rollout server ({_reason(exc)}); check the URL and "
-                "that the server is running"
+                f"{where}: cannot reach the rollout server ({exc}); check the URL and that the "
+                "server is running"
             ) from None
         if response.status_code in (401, 403):
             raise ConfigError(
@@ -238,25 +215,17 @@ class RemoteExecutor:
 
     async def close(self) -> None:
         """Close the connections."""
-        shards, self._shards = self._shards, []
-        for shard in shards:
-            await shard.aclose()
-        lean, self._lean = self._lean, None
-        if lean is not None:
-            await lean.aclose()
-
-    @property
-    def _client(self) -> httpx.AsyncClient:
-        """The next shard, in turn (requests spread evenly over them)."""
-        assert self._shards, "RemoteExecutor.open() was not awaited"
-        self._turn = (self._turn + 1) % len(self._shards)
-        return self._shards[self._turn]
+        http, self._http = self._http, None
+        if http is not None:
+            await http.aclose()
 
     async def run(self, attempt: Attempt, deadlines: Deadlines) -> AttemptResult:
         """Admit the attempt, long-poll its result; cancel it on the server if cancelled."""
         request = attempt.request
         started = time.perf_counter()
-        seconds = _bound(request.agent_timeout_sec, request.grader_timeout_sec)
+        seconds = _bound(
+            request.agent_timeout_sec, request.grader_timeout_sec, self.deadline_margin_s
+        )
         if seconds is None:
             reply = await self._rollout(attempt)
         else:
@@ -307,7 +276,7 @@ class RemoteExecutor:
         while True:
             try:
                 response = await self._request("POST", "/rollout", body=body)
-            except httpx.TransportError as exc:
+            except TransportError as exc:
                 await self._again(delays, self._unreachable("POST /rollout", exc))
                 continue
             code = response.status_code
@@ -337,7 +306,7 @@ class RemoteExecutor:
             sent = time.monotonic()
             try:
                 response = await self._request("GET", path, headers=headers, within_s=timeout)
-            except httpx.TransportError as exc:
+            except TransportError as exc:
                 await self._again(delays, _lost(exc), until=lease_until)
                 continue
             code = response.status_code
@@ -366,15 +335,12 @@ class RemoteExecutor:
         body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         within_s: float = REQUEST_TIMEOUT_S,
-    ) -> httpx.Response:
-        """One request of the hot path: through the lean client where it serves, else httpx."""
-        if self._lean is not None:
-            content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-            return await self._lean.request(
-                method, path, content=content, headers=headers, within_s=within_s
-            )
-        return await self._client.request(
-            method, path, json=body, headers=headers, timeout=within_s
+    ) -> Response:
+        """One whole exchange, within ``within_s``."""
+        assert self._http is not None, "RemoteExecutor.open() was not awaited"
+        content = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        return await self._http.request(
+            method, path, body=content, headers=headers, timeout_s=within_s
         )
 
     async def _again(
@@ -392,20 +358,16 @@ class RemoteExecutor:
 
     async def _cancel(self, remote_id: str) -> None:
         """Ask the server to cancel a rollout; best effort, within ``CANCEL_TIMEOUT_S``."""
-        if not self._shards:
+        if self._http is None:
             return
-        with contextlib.suppress(httpx.HTTPError, TimeoutError):
-            async with asyncio.timeout(CANCEL_TIMEOUT_S):
-                await self._client.post(
-                    "/rollout/cancel", json={"ids": [remote_id]}, timeout=CANCEL_TIMEOUT_S
-                )
+        with contextlib.suppress(TransportError):
+            body = {"ids": [remote_id]}
+            await self._request("POST", "/rollout/cancel", body=body, within_s=CANCEL_TIMEOUT_S)
 
-    def _unreachable(self, what: str, exc: Exception) -> InfrastructureError:
-        return InfrastructureError(
-            f"rollout server {self.url} unreachable ({what}: {_reason(exc)})"
-        )
+    def _unreachable(self, what: str, exc: TransportError) -> InfrastructureError:
+        return InfrastructureError(f"rollout server {self.url} unreachable ({what}: {exc})")
 
-    def _answered(self, what: str, response: httpx.Response) -> InfrastructureError:
+    def _answered(self, what: str, response: Response) -> InfrastructureError:
         code = response.status_code
         if code in (401, 403):
             hint = "the server refused the key; check --server-api-key"
@@ -418,11 +380,11 @@ class RemoteExecutor:
         )
 
 
-def _bound(agent: float | None, grader: float | None) -> float | None:
+def _bound(agent: float | None, grader: float | None, margin: float) -> float | None:
     """How long an attempt may take in all: None unless the request has a timeout."""
     if agent is None and grader is None:
         return None
-    return max(agent or 0.0, 0.0) + max(grader or 0.0, 0.0) + DEADLINE_MARGIN_S
+    return max(agent or 0.0, 0.0) + max(grader or 0.0, 0.0) + margin
 
 
 def _max_concurrent(health: dict[str, Any]) -> int | None:
@@ -467,7 +429,7 @@ def _body(attempt: Attempt, remote_id: str) -> dict[str, Any]:
     }
 
 
-def _admission(response: httpx.Response, rollout_id: str, url: str) -> _Admission:
+def _admission(response: Response, rollout_id: str, url: str) -> _Admission:
     body = _json_object(response, "POST /rollout", url)
     token, wait, lease = (
         body.get("polling_lease_token"),
@@ -497,7 +459,7 @@ def _seconds(value: Any) -> bool:
     )
 
 
-def _json_object(response: httpx.Response, what: str, url: str) -> dict[str, Any]:
+def _json_object(response: Response, what: str, url: str) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
@@ -559,7 +521,7 @@ def _reply(
     return _Reply(result, graded, admitted_at, grading_at, time.perf_counter(), remote_id)
 
 
-def _refused(response: httpx.Response, remote_id: str) -> _Reply:
+def _refused(response: Response, remote_id: str) -> _Reply:
     """A request the server refused (422): this rollout's validation error."""
     now = time.perf_counter()
     result = ExecutionResult(
@@ -571,22 +533,17 @@ def _refused(response: httpx.Response, remote_id: str) -> _Reply:
     return _Reply(result, False, now, None, now, None)
 
 
-def _retry_after(response: httpx.Response) -> float:
+def _retry_after(response: Response) -> float:
     """A 429's Retry-After in seconds, by the one rule; ``RETRY_AFTER_DEFAULT_S`` without one."""
     asked = retry_after_headers(response.headers)
     return max(RETRY_AFTER_DEFAULT_S if asked is None else asked, RETRY_AFTER_FLOOR_S)
 
 
-def _lost(exc: Exception) -> AttemptLost:
-    return AttemptLost(f"the rollout server stopped answering ({_reason(exc)})")
+def _lost(exc: TransportError) -> AttemptLost:
+    return AttemptLost(f"the rollout server stopped answering ({exc})")
 
 
-def _reason(exc: Exception) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _detail(response: httpx.Response) -> str:
+def _detail(response: Response) -> str:
     """The ``detail`` of an error body, else the body's start."""
     try:
         body = response.json()

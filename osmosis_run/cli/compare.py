@@ -86,7 +86,7 @@ def run_compare(
     html: Path | None,
 ) -> int:
     """Load both runs, compare, render, write the HTML report; return the exit code."""
-    from osmosis_run.cli import render
+    from osmosis_run.cli import messages
     from osmosis_run.cli.report import print_written
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.report import open_run
@@ -96,7 +96,7 @@ def run_compare(
         a = open_run(run_a, pass_threshold=pass_threshold)
         b = open_run(run_b, pass_threshold=pass_threshold)
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        messages.print_error(exc)
         return exit_codes.USAGE
     cmp = compare_runs(
         a, b, metric=metric, resamples=resamples, seed=seed, pass_threshold=pass_threshold
@@ -109,7 +109,7 @@ def run_compare(
         try:
             save_compare_html(a, b, html, comparison=cmp)
         except OsmosisRunError as exc:
-            render.print_error(exc)
+            messages.print_error(exc)
             return exit_codes.USAGE
         print_written("HTML", html)
     if verdict is not None and not verdict.held:
@@ -118,12 +118,12 @@ def run_compare(
 
 
 def _show(cmp: Comparison, verdict: Verdict | None, *, json_output: bool) -> None:
-    from osmosis_run.cli import render
+    from osmosis_run.cli import messages, tables
     from osmosis_run.results.compare import comparison_json
 
     if json_output:
         sys.stdout.write(comparison_json(cmp, verdict) + "\n")
     else:
-        render.print_comparison(cmp)
+        tables.print_comparison(cmp)
     if verdict is not None:
-        render.print_verdicts([verdict])
+        messages.print_verdicts([verdict])

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     from osmosis_run.backends.regrade import RegradeExecutor
     from osmosis_run.run.plan import Plan
 
-_GATES = "Gates and reports"
-
 
 def register(app: typer.Typer) -> None:
     """Add the grade command to ``app``."""
@@ -58,26 +56,14 @@ def grade_command(
     jsonl: options.Jsonl = None,
     group_by: Annotated[str | None, options.group_by("default: the run's own")] = None,
     pass_threshold: Annotated[
-        float | None, options.pass_threshold("default: the run's own", panel=_GATES)
+        float | None, options.pass_threshold("default: the run's own", panel=options.GATES)
     ] = None,
-    fail_under: Annotated[list[str] | None, options.fail_under(panel=_GATES)] = None,
-    max_error_rate: Annotated[str | None, options.max_error_rate(panel=_GATES)] = None,
-    html: Annotated[
-        str | None, options.html("Write the HTML report here at the end.", panel=_GATES)
-    ] = None,
-    junit: Annotated[
-        str | None,
-        options.junit("Write a JUnit XML report here (one testcase per rollout).", panel=_GATES),
-    ] = None,
-    baseline: Annotated[str | None, options.baseline(panel=_GATES)] = None,
-    fail_on_regression: Annotated[
-        float | None,
-        options.fail_on_regression(
-            "With --baseline: exit 1 when the mean reward dropped by more than this "
-            "and the confidence interval excludes zero.",
-            panel=_GATES,
-        ),
-    ] = None,
+    fail_under: options.FailUnder = None,
+    max_error_rate: options.MaxErrorRate = None,
+    html: options.RunHtml = None,
+    junit: options.RunJunit = None,
+    baseline: options.Baseline = None,
+    fail_on_regression: options.FailOnRegression = None,
     verbose: options.Verbose = 0,
     quiet: options.Quiet = False,
 ) -> None:
@@ -100,8 +86,8 @@ def grade_command(
 def run_grade(source: Path, values: dict[str, Any], *, quiet: bool = False) -> int:
     """Prepare the re-grade, run it, render; return the exit code (``quiet``: no progress)."""
     from osmosis_run.backends.regrade import RegradeExecutor
-    from osmosis_run.cli import render
-    from osmosis_run.cli.eval import _results_channel
+    from osmosis_run.cli.messages import print_error
+    from osmosis_run.cli.streams import err, results_channel
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.finish import check_targets
     from osmosis_run.run.components import add_import_path
@@ -112,18 +98,18 @@ def run_grade(source: Path, values: dict[str, Any], *, quiet: bool = False) -> i
         plan = prepare_grade(source, {k: v for k, v in values.items() if v is not None})
         check_targets(plan.settings.after)
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        print_error(exc)
         return exit_codes.USAGE
     if not quiet:
-        render.err.print(
+        err.print(
             f"osmosis-run: grading the samples recorded in {source} with "
             f"{plan.settings.run.grader} (the workflow does not run)",
             markup=False,
         )
-    with _results_channel(jsonl=plan.settings.output.jsonl) as results:
+    with results_channel(jsonl=plan.settings.output.jsonl) as results:
         code = _run(plan, RegradeExecutor.from_plan(plan), results, quiet=quiet)
     if code in (exit_codes.OK, exit_codes.GATE_FAILED, exit_codes.ERROR_BUDGET):
-        render.err.print(
+        err.print(
             f"osmosis-run: see what changed: osmosis-run compare {source} {plan.run_dir}",
             markup=False,
         )
@@ -134,27 +120,18 @@ def _run(
     plan: Plan, executor: RegradeExecutor, results: BinaryIO | None, *, quiet: bool = False
 ) -> int:
     """Open the run and drive it as eval does (signals, failures, gates and reports)."""
-    from osmosis_run.cli import render
-    from osmosis_run.cli.eval import _drive, _finish, _first, _Interrupts
-    from osmosis_run.errors import InfrastructureError, OsmosisRunError
+    from osmosis_run.cli.messages import print_error
+    from osmosis_run.cli.progress import make_reporter
+    from osmosis_run.cli.running import run_opened
+    from osmosis_run.errors import OsmosisRunError
     from osmosis_run.run.scheduler import Scheduler
 
     settings = plan.settings
     try:
-        reporter = render.make_reporter(jsonl=settings.output.jsonl, out=results, quiet=quiet)
+        reporter = make_reporter(jsonl=settings.output.jsonl, out=results, quiet=quiet)
         runner = Scheduler.open(plan, executor, reporter=reporter)
         reporter.on_stdout_closed = runner.stop
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        print_error(exc)
         return exit_codes.USAGE
-    failure: InfrastructureError | None = None
-    with _Interrupts(runner.store.dir) as interrupts:
-        try:
-            outcome = _drive(interrupts, runner, reporter)
-        except* InfrastructureError as group:
-            failure = _first(group)
-        if failure is not None:
-            render.print_error(failure)
-            render.print_resume_hint(runner.store.dir, failed=True)
-            return exit_codes.INFRASTRUCTURE
-        return _finish(settings, outcome)
+    return run_opened(settings, runner, reporter)

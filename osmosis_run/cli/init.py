@@ -74,17 +74,17 @@ def init_command(
 
     Then: osmosis-run eval --config NAME/eval.toml (offline, from any folder).
     """
-    from osmosis_run.cli import render
+    from osmosis_run.cli import messages, streams
 
     target = directory if directory is not None else Path(name)
     try:
         written = scaffold(name, target, force=force)
     except ConfigError as exc:
-        render.print_error(exc)
+        messages.print_error(exc)
         raise typer.Exit(exit_codes.USAGE) from None
     for path in written:
-        render.err.print(f"created {path}", markup=False)
-    render.err.print(
+        streams.err.print(f"created {path}", markup=False)
+    streams.err.print(
         f"next: osmosis-run eval --config {target / 'eval.toml'}  "
         f"(and: pytest {target / f'test_{module_name(name)}.py'})",
         markup=False,

@@ -27,7 +27,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     one is drawn (through rich's proxy of stderr), else to the CLI's stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from osmosis_run.cli.render import stderr
+        from osmosis_run.cli.streams import stderr
 
         current = sys.stderr
         self.stream = current if hasattr(current, "rich_proxied_file") else stderr

@@ -187,3 +187,22 @@ def baseline(*, panel: str | None = None) -> Any:
     return opt(
         "--baseline", help="Compare with this earlier run directory at the end.", panel=panel
     )
+
+
+# The gates and reports of the commands that run rollouts (eval, grade): one panel, one text.
+GATES = "Gates and reports"
+FailUnder = Annotated[list[str] | None, fail_under(panel=GATES)]
+MaxErrorRate = Annotated[str | None, max_error_rate(panel=GATES)]
+RunHtml = Annotated[str | None, html("Write the HTML report here at the end.", panel=GATES)]
+RunJunit = Annotated[
+    str | None, junit("Write a JUnit XML report here (one testcase per rollout).", panel=GATES)
+]
+Baseline = Annotated[str | None, baseline(panel=GATES)]
+FailOnRegression = Annotated[
+    float | None,
+    fail_on_regression(
+        "With --baseline: exit 1 when the mean reward dropped by more than this "
+        "and the confidence interval excludes zero.",
+        panel=GATES,
+    ),
+]

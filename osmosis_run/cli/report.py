@@ -91,7 +91,7 @@ def run_report(
     lowest: int = 10,
 ) -> int:
     """Load, render and write the report files; return the exit code."""
-    from osmosis_run.cli import render
+    from osmosis_run.cli import messages
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.finish import write_report_files
     from osmosis_run.reports.report import build_report, open_run
@@ -100,7 +100,7 @@ def run_report(
         run = open_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
         document = build_report(run, slowest=top, lowest=lowest)
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        messages.print_error(exc)
         return exit_codes.USAGE
     if json_output:
         sys.stdout.write(document.model_dump_json(indent=2) + "\n")
@@ -109,21 +109,22 @@ def run_report(
     try:
         write_report_files(run, junit=junit, html=html, on_written=print_written)
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        messages.print_error(exc)
         return exit_codes.USAGE
     return exit_codes.OK
 
 
 def print_written(kind: str, target: object) -> None:
     """Say that a report file was written (stderr)."""
-    from osmosis_run.cli.render import err
+    from osmosis_run.cli.streams import err
 
     err.print(f"osmosis-run: wrote {kind} report {target}", markup=False)
 
 
 def print_report(document: RunReport) -> None:
     """The summary table, the state of the run, failures and the slowest rollouts (stderr)."""
-    from osmosis_run.cli.render import err, summary_table
+    from osmosis_run.cli.streams import err
+    from osmosis_run.cli.tables import summary_table
 
     title = f"osmosis-run: {document.state} {document.run_dir}"
     err.print(summary_table(document.summary, title=title))
@@ -147,7 +148,7 @@ def print_report(document: RunReport) -> None:
 
 def print_failures(categories: list[FailureCategory]) -> None:
     """Failed rollouts by category, identical messages grouped, with counts and rollout ids."""
-    from osmosis_run.cli.render import err
+    from osmosis_run.cli.streams import err
 
     if not categories:
         return
@@ -173,7 +174,7 @@ def print_slowest(slowest: list[SlowRollout]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from osmosis_run.cli.render import err
+    from osmosis_run.cli.streams import err
 
     if not slowest:
         return
@@ -198,7 +199,7 @@ def print_lowest(lowest: list[LowReward], *, run_dir: Path, threshold: float) ->
     from rich.table import Table
     from rich.text import Text
 
-    from osmosis_run.cli.render import err
+    from osmosis_run.cli.streams import err
 
     if not lowest:
         return

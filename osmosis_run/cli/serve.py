@@ -8,11 +8,8 @@ are cancelled), the run directory gets its summary, and the command exits 0.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
-import os
-import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli.streams import err
 
 if TYPE_CHECKING:
     import uvicorn
@@ -29,6 +27,7 @@ if TYPE_CHECKING:
     from osmosis_run.server.settings import ServeSettings
 
 _SERVE = "Server"
+_COMPONENTS = ("workflow", "grader", "workflow_config", "grader_config")
 SERVE_HELP = (
     "Exit codes: 0 served and stopped on SIGINT or SIGTERM; 2 the workflow, a config or the "
     "run directory cannot be used, or the port cannot be listened on (nothing was served)."
@@ -108,45 +107,27 @@ def serve_command(
     Wire-compatible with osmosis-ai 0.3.8's rollout server (protocol 0.4): a trainer POSTs
     /rollout, long-polls /rollout/{id}/result with its lease, and cancels with /rollout/cancel.
     """
-    components = {
-        key: value
-        for key, value in {
-            "workflow": workflow,
-            "grader": grader,
-            "workflow_config": workflow_config,
-            "grader_config": grader_config,
-        }.items()
-        if value is not None
-    }
-    serving = {
-        "host": host,
-        "port": port,
-        "api_key": api_key,
-        "result_wait": result_wait,
-        "lease": lease,
-        "retention": retention,
-        "concurrency": concurrency,
-        "out": out,
-        "keep_alive": keep_alive,
-    }
-    raise typer.Exit(run_serve(components, serving, config))
+    serving = {key: value for key, value in locals().items() if key != "config"}
+    components = {key: serving.pop(key) for key in _COMPONENTS}
+    given = {key: value for key, value in components.items() if value is not None}
+    raise typer.Exit(run_serve(given, serving, config))
 
 
 def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path | None) -> int:
     """Check everything, listen, serve until a signal; return the exit code."""
-    from osmosis_run.cli import render
+    from osmosis_run.cli.messages import print_error
     from osmosis_run.errors import OsmosisRunError
 
     try:
-        settings, backend = _prepare(components, serving, config)
+        settings, backend, pass_threshold = _prepare(components, serving, config)
         server_module = _import_server()
     except (OsmosisRunError, _Unusable) as exc:
-        render.print_error(exc)
+        print_error(exc)
         return exit_codes.USAGE
     try:
         listener = _listen(settings.host, settings.port)
     except _Unusable as exc:
-        render.print_error(exc)
+        print_error(exc)
         return exit_codes.USAGE
     try:
         app = server_module.create_rollout_server(
@@ -158,10 +139,11 @@ def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path 
             api_key=settings.api_key_value(),
             out=settings.out,
             concurrency=settings.limit(),
+            pass_threshold=pass_threshold,
         )
     except (OsmosisRunError, ValueError) as exc:
         listener.close()
-        render.print_error(exc)
+        print_error(exc)
         return exit_codes.USAGE
     return _serve(app, listener, settings)
 
@@ -172,7 +154,7 @@ class _Unusable(Exception):
 
 def _prepare(
     components: dict[str, Any], serving: dict[str, Any], config: Path | None
-) -> tuple[ServeSettings, LocalBackend]:
+) -> tuple[ServeSettings, LocalBackend, float]:
     from osmosis_run.backends.osmosis_ai import backend_for
     from osmosis_run.run.components import load_components
     from osmosis_run.server.settings import resolve_serve_settings
@@ -181,7 +163,7 @@ def _prepare(
     settings = resolve_serve_settings(serving, config_file=config)
     parts = load_components(eval_settings)
     backend = backend_for(parts)  # osmosis_ai classes get osmosis_ai's own objects
-    return settings, backend
+    return settings, backend, eval_settings.after.pass_threshold  # the run's, as eval's
 
 
 def _import_server() -> Any:
@@ -228,7 +210,7 @@ def _uvicorn_server(app: Any, settings: ServeSettings) -> uvicorn.Server:
     admissions first)."""
     import uvicorn
 
-    from osmosis_run.server.http1 import HttpProtocol
+    from osmosis_run.http.listener import UvicornProtocol
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -242,7 +224,7 @@ def _uvicorn_server(app: Any, settings: ServeSettings) -> uvicorn.Server:
         app,
         # Lighter than h11 in Python, one write per response; it also holds the request timeout,
         # the body limit and the connection limit (its Limits' defaults, in the README).
-        http=HttpProtocol,
+        http=UvicornProtocol,
         log_level="warning",
         access_log=False,
         timeout_keep_alive=settings.keep_alive,
@@ -253,73 +235,40 @@ def _uvicorn_server(app: Any, settings: ServeSettings) -> uvicorn.Server:
 
 def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
     """Run uvicorn on the socket until SIGINT or SIGTERM; then stop gracefully."""
-    from osmosis_run.cli import render
+    from osmosis_run.cli.process import Interrupts, run_loop
 
     service = app.state.rollouts
     host, port = listener.getsockname()[:2]
-    render.err.print(f"osmosis-run serve: listening on {_url(host, port)}", markup=False)
-    render.err.print(f"osmosis-run serve: recording to {service.run_dir}", markup=False)
-
-    from osmosis_run.run.scheduler import run_to_completion
-    from osmosis_run.run.threads import WorkerThreads, default_size
-
+    err.print(f"osmosis-run serve: listening on {_url(host, port)}", markup=False)
+    err.print(f"osmosis-run serve: recording to {service.run_dir}", markup=False)
     server = _uvicorn_server(app, settings)
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stops = 0
-
-        def stop() -> None:
-            render.err.print(
-                f"osmosis-run serve: stopping: admissions closed, draining "
-                f"{service.active} rollout(s) in flight",
-                markup=False,
-            )
-            service.stop_admitting()
-            server.should_exit = True
-
-        def on_signal(_signum: int, _frame: object) -> None:
-            nonlocal stops
-            stops += 1
-            if stops > 1:
-                os._exit(exit_codes.INTERRUPTED)
-            loop.call_soon_threadsafe(stop)
-
-        def recording_failed(exc: Exception) -> None:
-            render.err.print(
-                f"osmosis-run serve: error: {exc}; stopping (exit {exit_codes.INFRASTRUCTURE})",
-                markup=False,
-            )
-            server.should_exit = True
-
-        service.on_recording_failed = recording_failed
-        previous = {sig: signal.signal(sig, on_signal) for sig in exit_codes.STOP_SIGNALS}
-        try:
-            await server.serve(sockets=[listener])
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    import gc
-
-    # As eval does: freeze what startup loaded, collect cyclic garbage less often. A served
-    # rollout allocates a few dozen short-lived objects, nearly all freed by reference counting.
-    gc.freeze()
-    gc.set_threshold(10_000, 10, 10)
-    # Not asyncio.run: it would wait at the end for every blocking call a cancelled rollout left
-    # in asyncio.to_thread (run/threads.py).
-    threads = WorkerThreads(default_size(service.concurrency))
-    run_to_completion(main(), threads)
-    if threads.running:
-        render.err.print(
-            f"osmosis-run serve: {threads.running} blocking call(s) still running in worker "
-            "threads (asyncio.to_thread); not waiting for them",
+    def stop() -> None:
+        err.print(
+            f"osmosis-run serve: stopping: admissions closed, draining "
+            f"{service.active} rollout(s) in flight",
             markup=False,
         )
+        service.stop_admitting()
+        server.should_exit = True
+
+    def recording_failed(exc: Exception) -> None:
+        err.print(
+            f"osmosis-run serve: error: {exc}; stopping (exit {exit_codes.INFRASTRUCTURE})",
+            markup=False,
+        )
+        server.should_exit = True
+
+    async def main() -> None:
+        service.on_recording_failed = recording_failed
+        with Interrupts() as interrupts, interrupts.stopping(stop):
+            await server.serve(sockets=[listener])
+
+    run_loop(main(), concurrency=service.concurrency, who="osmosis-run serve")
     if not server.started:
         return exit_codes.USAGE
     summary = service.summary()
-    render.err.print(
+    err.print(
         f"osmosis-run serve: stopped; {summary.rollouts} rollout(s) recorded in {service.run_dir}",
         markup=False,
     )

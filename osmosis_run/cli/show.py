@@ -69,7 +69,7 @@ def show_command(
 
 def run_show(run_dir: Path, rollout: str | None, *, worst: int | None, json_output: bool) -> int:
     """Find the rollouts, render them; return the exit code."""
-    from osmosis_run.cli import render
+    from osmosis_run.cli import messages, streams
     from osmosis_run.errors import ConfigError, OsmosisRunError
     from osmosis_run.reports.report import open_run
     from osmosis_run.reports.show import find_rollouts, rollout_view, worst_rollouts
@@ -85,12 +85,12 @@ def run_show(run_dir: Path, rollout: str | None, *, worst: int | None, json_outp
         run = open_run(run_dir)
         lines = find_rollouts(run, rollout) if rollout is not None else None
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        messages.print_error(exc)
         return exit_codes.USAGE
     if lines is None:
         lines = worst_rollouts(run, worst or 0)
         if not lines:
-            render.err.print(
+            streams.err.print(
                 f"osmosis-run: {run_dir} has no scored rollouts (none graded or failed)",
                 markup=False,
             )
@@ -183,6 +183,8 @@ def _transcript(text: Text, messages: list[dict[str, Any]] | None) -> None:
 
 
 def _message(text: Text, message: dict[str, Any]) -> None:
+    from osmosis_run.reports.message_text import message_text
+
     role = str(message.get("role", "?"))
     text.append("  ")
     text.append(role, style=f"bold {_ROLE_STYLE.get(role, '')}".strip())
@@ -193,7 +195,7 @@ def _message(text: Text, message: dict[str, Any]) -> None:
     text.append("\n")
     for call in message.get("tool_calls") or []:
         text.append(f"{_INDENT}-> {_call(call)}\n", style="magenta")
-    for content_line in _content(message.get("content")).splitlines():
+    for content_line in message_text(message.get("content")).splitlines():
         text.append(f"{_INDENT}{content_line}\n")
 
 
@@ -208,25 +210,6 @@ def _call(call: Any) -> str:
         arguments = _compact(arguments)
     ident = f"  [{call['id']}]" if call.get("id") else ""
     return f"{name}({arguments}){ident}"
-
-
-def _content(content: Any) -> str:
-    """A message's content as text: a string, the text of its parts, or a note of what else."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                parts.append(str(part.get("text", "")))
-            elif isinstance(part, dict):
-                parts.append(f"[{part.get('type', 'part')}]")
-            else:
-                parts.append(str(part))
-        return "\n".join(parts)
-    return _compact(content)
 
 
 def _files(text: Text, view: RolloutView) -> None:

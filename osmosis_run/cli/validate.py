@@ -60,13 +60,13 @@ def validate_command(
 
 
 def _validate_main(values: dict[str, Any], config: Path | None) -> int:
-    from osmosis_run.cli import render
+    from osmosis_run.cli import messages
     from osmosis_run.errors import OsmosisRunError
 
     try:
         settings = options.resolve(values, config)
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        messages.print_error(exc)
         return exit_codes.USAGE
     return run_validate(settings)
 
@@ -77,17 +77,17 @@ def run_validate(settings: EvalSettings) -> int:
     Both ``validate`` and ``eval --dry-run`` end here: 0 when clean, 2 on any problem or any
     loading error (printed in one line).
     """
-    from osmosis_run.cli import render
+    from osmosis_run.cli import messages, streams
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.run.validate import validate
 
     try:
         report = validate(settings)
     except OsmosisRunError as exc:
-        render.print_error(exc)
+        messages.print_error(exc)
         return exit_codes.USAGE
     for line in report_lines(report):
-        render.err.print(line, markup=False, emoji=False)
+        streams.err.print(line, markup=False, emoji=False)
     return exit_codes.OK if report.ok else exit_codes.USAGE
 
 

@@ -5,8 +5,6 @@ When ``eval`` has a model endpoint, it starts a loopback OpenAI-compatible gatew
 ``chat_completions_url = http://127.0.0.1:<port>/v1/rollouts/<rollout id>`` and a random
 per-run key; only the gateway holds the provider key and talks to the upstream.
 
-    _http.py       a small HTTP/1.1 server (asyncio streams): its limits and refusals
-    _client.py     the lean keep-alive client chat completions go upstream with
     proxy.py       routes, auth, forwarding and SSE relay, retries, usage, records
     pacing.py      the adaptive in-flight limit, rpm/tpm budgets, back-off and Retry-After
     cache.py       the SQLite response cache and its keys
@@ -16,6 +14,6 @@ per-run key; only the gateway holds the provider key and talks to the upstream.
     host.py        the thread it runs on, and its API for the engine
     setup.py       the gateway a run's settings ask for
 
-httpx (the preflight, other paths) is imported only when a gateway starts: ``import
-osmosis_run`` and ``--help`` never load this package.
+Upstream calls go through the one client, ``osmosis_run.http.client`` (httptools), imported
+only when a gateway starts: ``import osmosis_run`` and ``--help`` never load this package.
 """

@@ -20,18 +20,12 @@ __all__ = ["LiveStats", "Ledger", "RolloutUsage", "usage_of"]
 
 @dataclass(slots=True)
 class RolloutUsage:
-    """One rollout's account: its sample index, deadline and what its calls used."""
+    """One rollout's account: its sample index, deadline and what its calls used (``usage``,
+    its wait unrounded, its cost not yet priced)."""
 
     sample_index: int = 0
     deadline: float | None = None  # time.monotonic() past which no retry starts
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    retries: int = 0
-    rate_limited: int = 0
-    errors: int = 0
-    wait_ms: float = 0.0
+    usage: ModelUsage = field(default_factory=ModelUsage)
     calls: int = 0  # calls numbered so far (model_calls.jsonl's "call")
     seen: dict[str, int] = field(default_factory=dict)  # request digest -> times asked
     fresh: bool = True  # model_calls.jsonl not yet started over in this invocation
@@ -50,9 +44,10 @@ class RolloutUsage:
         prompt = _count(usage.get("prompt_tokens"))
         completion = _count(usage.get("completion_tokens"))
         total = _count(usage.get("total_tokens")) or prompt + completion
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
-        self.total_tokens += total
+        counted = self.usage
+        counted.prompt_tokens += prompt
+        counted.completion_tokens += completion
+        counted.total_tokens += total
         return total
 
 
@@ -62,22 +57,11 @@ def _count(value: Any) -> int:
 
 def usage_of(account: RolloutUsage, price: tuple[float, float] | None) -> ModelUsage:
     """A rollout's account as its results line's ``usage`` (``price``: per million tokens)."""
+    usage = account.usage
     cost = None
     if price is not None:
-        cost = round(
-            (account.prompt_tokens * price[0] + account.completion_tokens * price[1]) / 1e6, 8
-        )
-    return ModelUsage(
-        requests=account.requests,
-        prompt_tokens=account.prompt_tokens,
-        completion_tokens=account.completion_tokens,
-        total_tokens=account.total_tokens,
-        retries=account.retries,
-        rate_limited=account.rate_limited,
-        errors=account.errors,
-        model_wait_ms=round(account.wait_ms, 3),
-        cost=cost,
-    )
+        cost = round((usage.prompt_tokens * price[0] + usage.completion_tokens * price[1]) / 1e6, 8)
+    return usage.model_copy(update={"model_wait_ms": round(usage.model_wait_ms, 3), "cost": cost})
 
 
 @dataclass(slots=True)

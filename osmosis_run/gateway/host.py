@@ -27,18 +27,29 @@ from urllib.parse import quote
 from osmosis_run._redact import Redactor
 from osmosis_run.errors import ConfigError
 from osmosis_run.eventloop import new_event_loop
-from osmosis_run.gateway._http import Limits, start_server
 from osmosis_run.gateway.accounting import Ledger, LiveStats, usage_of
 from osmosis_run.gateway.cache import CacheMode, ModelCache
 from osmosis_run.gateway.preflight import preflight
-from osmosis_run.gateway.proxy import Proxy, ProxyConfig
+from osmosis_run.gateway.proxy import Proxy, ProxyConfig, error_body
 from osmosis_run.gateway.recording import CallRecorder
+from osmosis_run.http.listener import Limits, Listener
 from osmosis_run.results.records import ModelUsage
 
-__all__ = ["Gateway"]
+__all__ = ["LIMITS", "Gateway"]
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
+# What the rollouts' connections may hold (the README's gateway section): a model call's body
+# is a whole conversation, up to 64 MiB; its head and body come from a process on this machine.
+LIMITS = Limits(
+    keep_alive_s=5.0,  # uvicorn's default
+    head_timeout_s=10.0,
+    body_timeout_s=60.0,
+    max_connections=1024,
+    max_head=64 * 1024,
+    max_body=64 * 1024 * 1024,
+)
+_NO_RETRY = ((b"x-should-retry", b"false"),)  # a refusal is not worth the client's retries
 
 
 class Gateway:
@@ -67,7 +78,7 @@ class Gateway:
         limits: Limits | None = None,
     ) -> None:
         self.config = config
-        self.limits = limits or Limits()
+        self.limits = limits or LIMITS
         self.api_key = config.run_key
         self.token_price = token_price
         self.ledger = Ledger()
@@ -193,7 +204,7 @@ class Gateway:
         self.close()
 
     def _main(self) -> None:
-        loop = new_event_loop()
+        loop = new_event_loop(fast=True)  # its own code alone: uvloop where installed
         self._loop = loop
         try:
             loop.run_until_complete(self._serve())
@@ -216,18 +227,19 @@ class Gateway:
             redactor=self.redactor,
         )
         self.proxy = proxy
+        listener = Listener(proxy, self.limits, error_body=error_body, error_headers=_NO_RETRY)
         try:
-            server = await start_server(proxy, limits=self.limits)
+            await listener.start("127.0.0.1", 0)
         except OSError as exc:
             await proxy.close()
             raise ConfigError(f"the model gateway cannot listen on 127.0.0.1: {exc}") from None
         try:
-            self.url = f"http://127.0.0.1:{server.port}"
+            self.url = f"http://127.0.0.1:{listener.port}"
             if self._check:
                 await preflight(proxy.client, proxy.base, model=self.config.model)
             self._ready.set()
             await self._stop.wait()
         finally:
-            await server.close()  # the rollouts' keep-alive connections too
+            await listener.close()  # the rollouts' keep-alive connections too
             await proxy.close()
             self.recorder.close()

@@ -8,9 +8,10 @@ Anything else (200, or a 400 about the tiny request itself) means the endpoint i
 
 from __future__ import annotations
 
-import httpx
+import json as jsonlib
 
 from osmosis_run.errors import ConfigError
+from osmosis_run.http.client import Client, TransportError
 
 __all__ = ["PREFLIGHT_TIMEOUT_S", "preflight"]
 
@@ -18,20 +19,20 @@ PREFLIGHT_TIMEOUT_S = 10.0
 _SKIP = "pass --no-preflight to skip this check"
 
 
-async def preflight(client: httpx.AsyncClient, base: str, *, model: str | None) -> None:
-    """Check the upstream once.
+async def preflight(client: Client, base: str, *, model: str | None) -> None:
+    """Check the upstream once (``client`` speaks to ``base``).
 
     Raises:
         ConfigError: the endpoint cannot be reached, refuses the key, or is not an OpenAI API.
     """
-    status = await _get(client, f"{base}/models", base)
+    status = await _get(client, "/models", base)
     if status in (404, 405):
         tiny = {
             "model": model or "osmosis-run-preflight",
             "messages": [{"role": "user", "content": "ping"}],
             "max_tokens": 1,
         }
-        status = await _get(client, f"{base}/chat/completions", base, json=tiny)
+        status = await _get(client, "/chat/completions", base, json=tiny)
         if status in (404, 405):
             raise ConfigError(
                 f"model endpoint {base}: no OpenAI-compatible API there (HTTP {status} for "
@@ -45,35 +46,19 @@ async def preflight(client: httpx.AsyncClient, base: str, *, model: str | None) 
         )
 
 
-async def _get(
-    client: httpx.AsyncClient, url: str, base: str, *, json: object | None = None
-) -> int:
+async def _get(client: Client, path: str, base: str, *, json: object | None = None) -> int:
+    method, body = ("GET", b"") if json is None else ("POST", jsonlib.dumps(json).encode())
     try:
-        if json is None:
-            reply = await client.get(url, timeout=PREFLIGHT_TIMEOUT_S)
-        else:
-            reply = await client.post(url, json=json, timeout=PREFLIGHT_TIMEOUT_S)
-    except httpx.ConnectError as exc:
-        raise ConfigError(
-            f"model endpoint {base}: cannot connect ({_reason(exc)}); is the server running? "
-            f"Check --chat-completions-url, or {_SKIP}"
-        ) from None
-    except httpx.TimeoutException:
-        raise ConfigError(
-            f"model endpoint {base}: no answer within {PREFLIGHT_TIMEOUT_S:g} s; {_SKIP}"
-        ) from None
-    except httpx.HTTPError as exc:
-        raise ConfigError(f"model endpoint {base}: {type(exc).__name__}: {exc}; {_SKIP}") from None
+        reply = await client.request(method, path, body=body, timeout_s=PREFLIGHT_TIMEOUT_S)
+    except TransportError as exc:
+        if exc.kind == "connect":
+            raise ConfigError(
+                f"model endpoint {base}: cannot connect ({exc}); is the server running? "
+                f"Check --chat-completions-url, or {_SKIP}"
+            ) from None
+        if exc.kind == "timeout":
+            raise ConfigError(
+                f"model endpoint {base}: no answer within {PREFLIGHT_TIMEOUT_S:g} s; {_SKIP}"
+            ) from None
+        raise ConfigError(f"model endpoint {base}: {exc}; {_SKIP}") from None
     return reply.status_code
-
-
-def _reason(exc: BaseException) -> str:
-    """What the operating system said (httpx says "All connection attempts failed")."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, OSError) and cause.strerror:
-            return cause.strerror.lower()
-        cause = cause.__cause__ or cause.__context__
-    return str(exc) or "connection failed"

@@ -27,17 +27,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
 
 from osmosis_run._json import unencodable
 from osmosis_run._redact import Redactor
-from osmosis_run.gateway._client import UpstreamClient, UpstreamError, UpstreamReply
-from osmosis_run.gateway._http import Request, Response, error_body
 from osmosis_run.gateway.accounting import Ledger, RolloutUsage
 from osmosis_run.gateway.cache import ModelCache, cache_key, request_digest
 from osmosis_run.gateway.pacing import AdaptiveLimit, Budget
 from osmosis_run.gateway.recording import CallRecorder, capped, stream_summary
+from osmosis_run.http.client import Client, Reply, TransportError
+from osmosis_run.http.listener import Request, Response
 from osmosis_run.retry import backoff, retry_after_headers
 
 __all__ = ["Proxy", "ProxyConfig", "upstream_base"]
@@ -83,7 +82,7 @@ class _Sent:
     status: int
     headers: dict[str, str]
     body: bytes = b""
-    stream: UpstreamReply | None = None
+    stream: Reply | None = None
     error: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
     tries: int = 0  # upstream attempts made
@@ -116,22 +115,17 @@ class Proxy:
         headers = {"accept-encoding": "identity"}
         if config.api_key:
             headers["authorization"] = f"Bearer {config.api_key}"
-        # Chat completions go through the lean client (_client.py: a tenth of httpx's CPU per
-        # call); the preflight and other paths through httpx.
-        self.upstream = UpstreamClient(
-            self.base, headers=headers, connect_timeout_s=config.connect_timeout_s
-        )
-        self.client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(
-                config.read_timeout_s, connect=config.connect_timeout_s, pool=None
-            ),
+        # Every upstream call (the preflight, chat completions, other paths) goes through the
+        # one client (osmosis_run/http/client.py); proxy variables are not used.
+        self.client = Client(
+            self.base,
+            headers={"user-agent": "osmosis-run-gateway", **headers},
+            connect_timeout_s=config.connect_timeout_s,
         )
         self._stream_usage = True  # the upstream takes stream_options.include_usage
 
     async def close(self) -> None:
         """Close the upstream connections."""
-        await self.upstream.aclose()
         await self.client.aclose()
 
     async def __call__(self, request: Request, response: Response) -> None:
@@ -155,13 +149,17 @@ class Proxy:
 
     async def _pass(self, request: Request, response: Response, rest: str, query: str) -> None:
         """Any other path: forwarded as it is (one attempt; no accounting)."""
-        url = f"{self.base}/{rest}" + (f"?{query}" if query else "")
+        path = f"/{rest}" + (f"?{query}" if query else "")
         headers = {"content-type": request.headers.get("content-type", "application/json")}
         try:
             reply = await self.client.request(
-                request.method, url, content=request.body or None, headers=headers
+                request.method,
+                path,
+                body=request.body,
+                headers=headers,
+                timeout_s=self.config.read_timeout_s,
             )
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             await _error(response, 502, f"upstream {self.base}: {_describe(exc)}", "upstream_error")
             return
         await response.send(
@@ -194,7 +192,7 @@ class Proxy:
         A streamed response that is not retried comes back open, its slot in the in-flight
         limit still held: the caller reads it, then calls ``done_streaming``.
         """
-        url = "chat/completions"
+        url = "/chat/completions"
         deadline = call.account.deadline if call.account is not None else None
         attempts: list[dict[str, Any]] = []
         number = 0
@@ -242,10 +240,10 @@ class Proxy:
         if deadline is not None:
             timeout = max(0.001, min(timeout, deadline - time.monotonic()))
         try:
-            reply = await self.upstream.post(url, content, seconds=timeout)
-        except UpstreamError as exc:
+            reply = await self.client.send("POST", url, body=content, timeout_s=timeout)
+        except TransportError as exc:
             self.limit.release()
-            return _Sent(0, {}, error=f"upstream {self.base}: {exc}")
+            return _Sent(0, {}, error=f"upstream {self.base}: {_describe(exc)}")
         except BaseException:  # cancelled (the gateway is closing): the slot is free again
             self.limit.release()
             raise
@@ -256,8 +254,8 @@ class Proxy:
             return _Sent(200, headers, stream=reply)
         try:
             data = await reply.aread()
-        except UpstreamError as exc:
-            return _Sent(0, {}, error=f"upstream {self.base}: {exc}")
+        except TransportError as exc:
+            return _Sent(0, {}, error=f"upstream {self.base}: {_describe(exc)}")
         finally:
             await reply.aclose()
             self.limit.release()
@@ -399,7 +397,7 @@ class _Call:
     async def _relay(
         self,
         response: Response,
-        upstream: UpstreamReply,
+        upstream: Reply,
         headers: dict[str, str],
         *,
         drop_usage: bool,
@@ -432,8 +430,8 @@ class _Call:
             self._streamed_to_end(state, content)  # counted before the workflow sees the end
             await response.end()
             ok = True
-        except UpstreamError as exc:
-            self.error = f"upstream {self.proxy.base}: {exc} (mid-stream)"
+        except TransportError as exc:
+            self.error = f"upstream {self.proxy.base}: {_describe(exc)} (mid-stream)"
             response.keep_alive = False  # the client sees the stream cut off
         except ConnectionError:
             self.error = "the client closed the connection mid-stream"
@@ -491,12 +489,12 @@ class _Call:
         if status == 429:
             live.rate_limited += 1
             if self.account is not None:
-                self.account.rate_limited += 1
+                self.account.usage.rate_limited += 1
 
     def retried(self) -> None:
         self.proxy.ledger.live.retries += 1
         if self.account is not None:
-            self.account.retries += 1
+            self.account.usage.retries += 1
 
     def _streamed_to_end(self, state: dict[str, Any], content: list[str]) -> None:
         if self.done:
@@ -525,10 +523,10 @@ class _Call:
         # A failed call: an error status, or a 200 that was cut off or said it failed.
         failed = self.status != 200 or self.error is not None
         if account is not None:
-            account.requests += 1
-            account.wait_ms += elapsed_ms
+            account.usage.requests += 1
+            account.usage.model_wait_ms += elapsed_ms
             tokens = account.add_tokens(self.usage)
-            account.errors += failed
+            account.usage.errors += failed
         else:
             tokens = RolloutUsage().add_tokens(self.usage)
         live.tokens += tokens
@@ -768,15 +766,15 @@ def _brief(body: bytes) -> str:
     return body[:300].decode("utf-8", "replace")
 
 
-def _describe(exc: httpx.HTTPError) -> str:
-    if isinstance(exc, httpx.ConnectError):
-        return f"cannot connect ({exc or 'connection refused'})"
-    if isinstance(exc, httpx.TimeoutException):
-        return "timed out"
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
-        return "the connection dropped"
-    return f"{type(exc).__name__}: {exc}"
+def _describe(exc: TransportError) -> str:
+    return f"cannot connect ({exc})" if exc.kind == "connect" else str(exc)
 
 
 async def _error(response: Response, status: int, message: str, code: str) -> None:
     await response.send(status, [_JSON, _NO_RETRY], error_body(message, code))
+
+
+def error_body(message: str, code: str) -> bytes:
+    """An error answer's body, in the OpenAI error shape the gateway answers every error in."""
+    error = {"message": message, "type": "osmosis_run_gateway", "code": code}
+    return json.dumps({"error": error}).encode()

@@ -45,7 +45,7 @@ def gateway_for(settings: EvalSettings, run_dir: Path) -> Gateway | None:
     """Start the gateway of a run (preflight included), or None when the run has none.
 
     Raises:
-        ConfigError: the preflight failed, the cache cannot be used, httpx is missing.
+        ConfigError: the preflight failed, the cache cannot be used, httptools is missing.
     """
     check_gateway_options(settings)
     if not needs_gateway(settings):
@@ -55,7 +55,7 @@ def gateway_for(settings: EvalSettings, run_dir: Path) -> Gateway | None:
         from osmosis_run.gateway.proxy import ProxyConfig
     except ImportError as exc:
         raise ConfigError(
-            f"the model gateway needs httpx ({exc}); pip install 'osmosis-run[gateway]', "
+            f"the model gateway needs httptools ({exc}); pip install 'osmosis-run[gateway]', "
             "or pass --no-gateway"
         ) from None
     g, e = settings.gateway, settings.execution

@@ -58,6 +58,7 @@ from urllib.parse import quote
 from osmosis_run import __version__
 from osmosis_run.errors import ConfigError
 from osmosis_run.reports._files import write_whole
+from osmosis_run.reports.message_text import message_text
 from osmosis_run.results import outcome
 from osmosis_run.results.compare import Comparison, Delta, compare_runs
 from osmosis_run.results.records import STATUSES, ResultLine
@@ -381,12 +382,14 @@ def _glance(messages: list[Any], *, answered: bool = True) -> dict[str, str]:
     asked = [m for m in dicts[:first_answer] if m.get("role") == "user"] or [
         m for m in dicts if m.get("role") == "user"
     ]
-    said = [m for m in dicts if m.get("role") == "assistant" and _text(m.get("content")).strip()]
+    said = [
+        m for m in dicts if m.get("role") == "assistant" and message_text(m.get("content")).strip()
+    ]
     out = {}
     if asked:
-        out["pr"] = _short(_text(asked[-1].get("content")))
+        out["pr"] = _short(message_text(asked[-1].get("content")))
     if said and answered:
-        out["fa"] = _short(_text(said[-1].get("content")))
+        out["fa"] = _short(message_text(said[-1].get("content")))
     return out
 
 
@@ -607,7 +610,7 @@ def _size(value: Any) -> int:
 
 def _message(message: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"r": str(message.get("role") or "message")[:40]}
-    content = _text(message.get("content"))
+    content = message_text(message.get("content"))
     if content:
         out.update(_cut(content, MAX_CONTENT_CHARS, "c"))
     for key in _REASONING_KEYS:
@@ -641,25 +644,6 @@ def _tool_call(call: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"id": str(call.get("id") or ""), "n": str(name or "")}
     out.update(_cut(arguments, MAX_ARGUMENT_CHARS, "a"))
     return out
-
-
-def _text(content: Any) -> str:
-    """The text of message content: a string, or the parts of a list ("[image]" for images)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(_part_text(part) for part in content)
-    return json.dumps(content, ensure_ascii=False, default=str)
-
-
-def _part_text(part: Any) -> str:
-    if isinstance(part, dict):
-        if isinstance(part.get("text"), str):
-            return str(part["text"])
-        return f"[{part.get('type') or 'part'}]"
-    return part if isinstance(part, str) else json.dumps(part, default=str)
 
 
 def _cut(text: str, limit: int, key: str) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""A run summary in Markdown, for the GitHub Actions job summary (``$GITHUB_STEP_SUMMARY``)."""
+"""A run summary in Markdown, for the GitHub Actions job summary (``$GITHUB_STEP_SUMMARY``).
+
+Its table has the rows of the terminal's summary (``reports/summary_rows.py``), word for word.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from osmosis_run.errors import ConfigError
+from osmosis_run.reports.summary_rows import summary_rows
 from osmosis_run.results import outcome
 from osmosis_run.results.gates import Verdict
-from osmosis_run.results.records import Distribution, Summary, count_rows, model_rows
-from osmosis_run.results.words import plural
+from osmosis_run.results.records import Summary
 
 __all__ = ["STEP_SUMMARY_ENV", "append_step_summary", "markdown_summary"]
 
@@ -33,7 +36,7 @@ def markdown_summary(
     """
     parts = [f"### {_text(title)}", "", _status_line(summary, verdicts, run_dir), ""]
     parts += ["| metric | value |", "| --- | --- |"]
-    parts += [f"| {_cell(label)} | {_cell(value)} |" for label, value in _rows(summary)]
+    parts += [f"| {_cell(label)} | {_cell(value)} |" for label, value in summary_rows(summary)]
     if verdicts:
         parts += ["", *(_verdict_line(verdict) for verdict in verdicts)]
     if summary.first_errors:
@@ -87,51 +90,6 @@ def _verdict_line(verdict: Verdict) -> str:
     return f"- {mark} {_text(verdict.message)}"
 
 
-def _rows(s: Summary) -> list[tuple[str, str]]:
-    rows = count_rows(s)
-    rows.append(
-        (
-            "mean reward (failed rollouts count as 0)",
-            f"{_num(s.reward_all.mean)} (n={s.reward_all.count})",
-        )
-    )
-    rows.append(
-        ("mean reward (graded)", f"{_num(s.reward_graded.mean)} (n={s.reward_graded.count})")
-    )
-    rate = "-" if s.pass_rate is None else f"{s.pass_rate:.1%}"
-    rows.append(
-        ("pass rate", f"{rate} ({s.passed}/{s.reward_all.count} at reward >= {s.pass_threshold:g})")
-    )
-    if s.pass_at_k:
-        rows.append(("pass@k", ", ".join(f"k={p.k}: {p.value:.3f}" for p in s.pass_at_k)))
-        rows.append(("pass^k", ", ".join(f"k={p.k}: {p.value:.3f}" for p in s.pass_hat_k)))
-    for name, latency in (("workflow ms", s.workflow_ms), ("grader ms", s.grader_ms)):
-        if latency.count:
-            rows.append((f"{name} p50 / p90 / p99", _latency(latency)))
-    if s.wall_s is not None:
-        rows.append(("wall time", f"{s.wall_s:.2f}s"))
-    if s.model is not None:
-        rows.extend(model_rows(s.model))
-    for key, group in s.groups.items():
-        rows.append(
-            (
-                f"{s.group_by}={key}",
-                f"{plural(group.rollouts, 'rollout')}, mean {_num(group.mean_reward)}, "
-                f"pass {'-' if group.pass_rate is None else f'{group.pass_rate:.1%}'}, "
-                f"errors {group.errors}",
-            )
-        )
-    return rows
-
-
-def _latency(d: Distribution) -> str:
-    return " / ".join("-" if v is None else f"{v:.1f}" for v in (d.p50, d.p90, d.p99))
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= _MESSAGE_CHARS else line[: _MESSAGE_CHARS - 3] + "..."
@@ -143,7 +101,9 @@ def _text(text: str) -> str:
 
 
 def _cell(text: str) -> str:
-    return _text(text).replace("|", "\\|")
+    """A table cell: inert, one line, and the two-space gaps between a row's parts kept."""
+    parts = (_text(part) for part in text.split("  ") if part.strip())
+    return " &nbsp;".join(parts).replace("|", "\\|")
 
 
 def _code(text: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from osmosis_run.results import outcome
 from osmosis_run.results.records import (
+    USAGE_COUNTERS,
     Distribution,
     ErrorExample,
     GroupSummary,
@@ -127,20 +128,9 @@ class _Group:
 class _UsageTotals:
     """The model usage of the rollouts that went through the gateway, summed."""
 
-    _SUMMED = (
-        "requests",
-        "prompt_tokens",
-        "completion_tokens",
-        "total_tokens",
-        "retries",
-        "rate_limited",
-        "errors",
-    )
-
     def __init__(self) -> None:
         self.rollouts = 0
         self.sums: Counter[str] = Counter()
-        self.wait_ms = 0.0
         self.cost: float | None = None
         self.tokens = _Sketch(6)
         self.requests = _Sketch(6)
@@ -150,9 +140,9 @@ class _UsageTotals:
         if isinstance(usage, dict):  # a line read back without validation
             usage = ModelUsage.model_validate(usage)
         self.rollouts += 1
-        for key in self._SUMMED:
-            self.sums[key] += getattr(usage, key)
-        self.wait_ms += usage.model_wait_ms
+        sums = self.sums
+        for key in USAGE_COUNTERS:
+            sums[key] += getattr(usage, key)
         if usage.cost is not None:
             self.cost = (self.cost or 0.0) + usage.cost
         self.tokens.add(usage.total_tokens)
@@ -162,11 +152,12 @@ class _UsageTotals:
     def summary(self) -> ModelSummary | None:
         if not self.rollouts:
             return None
+        sums = {key: self.sums[key] for key in USAGE_COUNTERS}
+        sums["model_wait_ms"] = round(sums["model_wait_ms"], 3)
         return ModelSummary(
-            rollouts=self.rollouts,
-            **{key: self.sums[key] for key in self._SUMMED},
-            model_wait_ms=round(self.wait_ms, 3),
+            **sums,
             cost=self.cost,
+            rollouts=self.rollouts,
             tokens_per_rollout=self.tokens.distribution(),
             requests_per_rollout=self.requests.distribution(),
             wait_ms_per_rollout=self.waits.distribution(),

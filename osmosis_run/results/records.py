@@ -16,6 +16,7 @@ from osmosis_run.results.outcome import ERROR_STATUSES
 __all__ = [
     "ERROR_STATUSES",
     "STATUSES",
+    "USAGE_COUNTERS",
     "Distribution",
     "ErrorExample",
     "GroupSummary",
@@ -43,7 +44,10 @@ STATUSES: tuple[RolloutState, ...] = (
 
 
 class ModelUsage(BaseModel):
-    """What one rollout's model calls through the gateway used (a results line's ``usage``).
+    """What model calls through the gateway used: the one definition of the usage counters.
+
+    A results line's ``usage`` is one rollout's; ``ModelSummary`` holds a run's sums; the
+    gateway counts each rollout's calls into one (``osmosis_run.gateway.accounting``).
 
     ``requests`` counts the calls the workflow made (a call retried after a 429 is one call);
     ``retries`` the extra upstream attempts; ``rate_limited`` the 429s among them;
@@ -63,6 +67,10 @@ class ModelUsage(BaseModel):
     errors: int = 0
     model_wait_ms: float = 0.0
     cost: float | None = None
+
+
+# The counters of ModelUsage: what a sum of usages adds up (the cost too, but only when known).
+USAGE_COUNTERS = tuple(key for key in ModelUsage.model_fields if key != "cost")
 
 
 class ResultLine(BaseModel):
@@ -134,26 +142,15 @@ class GroupSummary(BaseModel):
     pass_rate: float | None
 
 
-class ModelSummary(BaseModel):
-    """The model calls of a run: totals over its rollouts and per-rollout distributions.
+class ModelSummary(ModelUsage):
+    """The model calls of a run: the usage of its rollouts summed, ``rollouts`` of them, and
+    per-rollout distributions.
 
     ``gateway`` holds what this invocation's gateway saw (cache hits, the in-flight limit's
     lowest and final values); it is not summed over resumed invocations.
     """
 
-    # model_wait_ms: pydantic < 2.10 reserves the "model_" prefix and warns without this.
-    model_config = ConfigDict(protected_namespaces=())
-
     rollouts: int = 0
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    retries: int = 0
-    rate_limited: int = 0
-    errors: int = 0
-    model_wait_ms: float = 0.0
-    cost: float | None = None
     tokens_per_rollout: Distribution = Field(default_factory=Distribution)
     requests_per_rollout: Distribution = Field(default_factory=Distribution)
     wait_ms_per_rollout: Distribution = Field(default_factory=Distribution)

@@ -61,7 +61,7 @@ def check_inputs(settings: EvalSettings) -> str:
                 "a platform dataset, which osmosis-run does not fetch"
             )
         raise ConfigError("no dataset: give DATASET (a JSONL file, or - for stdin)")
-    if not settings.run.workflow and not settings.execution.server:
+    if not settings.run.workflow and not settings.execution.remote:
         raise ConfigError("no workflow: give --workflow module:Class")
     if settings.run.dataset != "-":
         _check_readable(settings.run.dataset)

@@ -48,7 +48,7 @@ def build_fingerprint(
     """
     s = settings
     fingerprint: dict[str, Any]
-    if s.execution.server is not None:  # the server's code is its own: its URL stands for it
+    if s.execution.remote:  # the server's code is its own: its URL stands for it
         fingerprint = {
             "dataset": _dataset_entry(s.run.dataset or "-"),
             "server": s.execution.server,

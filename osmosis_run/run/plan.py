@@ -92,7 +92,7 @@ def prepare(settings: EvalSettings) -> Plan:
     settings, secrets = open_workspace(settings)
     dataset = check_inputs(settings)
     selection = selection_of(settings)
-    components = None if settings.execution.server else load_components(settings)
+    components = None if settings.execution.remote else load_components(settings)
     fingerprint = build_fingerprint(
         settings,
         selection,

@@ -28,9 +28,12 @@ from osmosis_run.sdk.types import (
 )
 
 __all__ = [
+    "CANCELLED",
     "Job",
     "attempt_error",
+    "internal_error",
     "invalid_line",
+    "request_of",
     "result_document",
     "rollout_seed",
     "round_ms",
@@ -41,6 +44,10 @@ __all__ = [
     "trajectory_document",
     "unwritable",
 ]
+
+
+# The results-line category of a cancelled rollout (not an error category a backend reports).
+CANCELLED = "cancelled"
 
 
 @dataclass(slots=True)
@@ -61,6 +68,31 @@ def rollout_seed(seed: int, row_key: str, sample_index: int) -> int:
     # stable_hash("rollout", seed, row_key, sample_index), its text made in one step.
     text = f"rollout\x1f{seed}\x1f{row_key}\x1f{sample_index}".encode()
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") & 0x7FFFFFFF
+
+
+def request_of(
+    job: Job,
+    prompt: list[dict[str, Any]],
+    *,
+    agent_timeout: float | None,
+    grader_timeout: float | None,
+    grade: bool,
+) -> ExecutionRequest:
+    """What an executor is asked to run for a job: its id, prompt, label, metadata, timeouts.
+
+    The prompt is handed over as it is: the backend gives each workflow and grader its own copy.
+    """
+    row = job.row
+    return construct(
+        ExecutionRequest,
+        id=job.rollout_id,
+        prompt=prompt,
+        label=row.label,
+        metadata=row.metadata,
+        agent_timeout_sec=agent_timeout,
+        grader_timeout_sec=grader_timeout,
+        grade=grade,
+    )
 
 
 def timed_out(stage: str, timeout: float, workflow: ExecutionResult | None) -> ExecutionResult:
@@ -162,6 +194,19 @@ def unwritable(
     return fixed, replaced
 
 
+def internal_error(error: BaseException, *, stage: str) -> ExecutionResult:
+    """The failure of a rollout that osmosis-run itself (or a backend below the seam) broke.
+
+    ``stage`` is where: ``backend`` for an executor's exception, ``server`` for the server's.
+    """
+    return ExecutionResult(
+        status=RolloutStatus.FAILURE,
+        err_message=str(error) or "Internal server error",
+        err_category=RolloutErrorCategory.INTERNAL_ERROR,
+        extra_fields={"stage": stage, "error_type": type(error).__name__},
+    )
+
+
 def attempt_error(attempt: int, result: ExecutionResult) -> dict[str, Any]:
     """What result.json keeps of an attempt that failed and was retried."""
     diagnostics = result.extra_fields or {}
@@ -258,7 +303,11 @@ def result_line(
     pass_threshold: float,
     messages: bool = True,
 ) -> ResultLine:
-    """The results line of a rollout that ran (``messages=False``: without its transcript)."""
+    """The results line of a rollout that ran (``messages=False``: without its transcript).
+
+    A cancelled rollout (a served one the client cancelled) fails with the ``cancelled``
+    category, whatever its result carried.
+    """
     result = outcome.result
     sample = result.sample
     status = _status(outcome, result)
@@ -273,7 +322,7 @@ def result_line(
         line=row.line,
         sample_index=job.sample_index,
         status=status,
-        error_category=str(result.err_category) if result.err_category else None,
+        error_category=_category(result),
         error_message=result.err_message,
         reward=reward,
         passed=passed(status, reward, pass_threshold),
@@ -289,6 +338,13 @@ def result_line(
         row_hash=row.digest,
         usage=None,  # every field, in order: construct's fastest path (the gateway sets it)
     )
+
+
+def _category(result: ExecutionResult) -> str | None:
+    """A results line's ``error_category``: the result's, or ``cancelled``."""
+    if result.status is RolloutStatus.CANCELLED:
+        return CANCELLED
+    return str(result.err_category) if result.err_category else None
 
 
 def trajectory_document(

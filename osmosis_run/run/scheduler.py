@@ -1,27 +1,28 @@
 """The eval engine: rows in, graded rollouts out, through a bounded window of tasks.
 
 A ``Scheduler`` executes one ``Plan`` (``run/plan.py``: everything decided before a rollout
-runs). ``Scheduler.open`` opens the run directory; ``run()`` streams the selected rows through an
-``Executor`` (``run/seam.py``: the engine imports no concrete one) with at most ``concurrency``
-rollouts in flight, enforces deadlines from the moment a rollout starts running, retries
-transient failures with back-off, and hands every finished rollout to the store and then to the
-reporter. ``stop()`` (Ctrl-C) cancels what is in flight; what finished is kept, and the run
-resumes where it stopped.
+runs). ``Scheduler.open`` opens the run directory; ``run()`` streams the selected rows (a row
+feed, ``run/feeds.py``) through the rollout lifecycle (``run/lifecycle.py``: its attempts through
+an ``Executor``, ``run/seam.py``, within the run's ``Deadlines``, ``run/deadlines.py``, then its
+records) with at most ``concurrency`` rollouts in flight, and hands every finished rollout to the
+store and then to the reporter. ``stop()`` (Ctrl-C) cancels what is in flight; what finished is
+kept, and the run resumes where it stopped.
 
 Faults, and what each one leaves (every planned rollout ends with exactly one results line,
 except those a stop or an infrastructure failure leaves unfinished, and then the run resumes):
 
 - whatever user code raises, ``BaseException`` included, is that rollout's failure (LocalBackend);
   a value that cannot be written as JSON is that rollout's ``validation_error``;
-- rows of a stream (stdin, a FIFO) are read by a thread (``_Feed``), so a slow producer never
-  holds the event loop; a regular file's rows are made on the loop (``_InlineFeed``);
+- rows of a stream (stdin, a FIFO) are read by a thread (``ThreadFeed``), so a slow producer
+  never holds the event loop; a regular file's rows are made on the loop (``InlineFeed``);
 - a rollout past its deadline is cancelled; one that ignores the cancellation is recorded as a
   timeout after ``ABANDON_GRACE_S`` more and abandoned (its task is left to itself); one that
   returns after its deadline (blocking code held the loop) is a timeout too;
 - a stop cancels the rollouts in flight and waits ``STOP_GRACE_S`` at most for them;
 - a watchdog thread names the rollout that holds the event loop for ``BLOCKED_AFTER_S``;
 - a full disk or a lost writer process ends the run with ``RunOutcome.failure`` and a summary of
-  what is durable; a bug in osmosis-run keeps its traceback.
+  what is durable; an executor's unexpected exception (the lifecycle's ``"stop"`` policy), or a
+  bug in osmosis-run, stops the run and is raised from ``run()`` with its traceback.
 
 The rollouts' tasks are tracked in a set rather than an ``asyncio.TaskGroup``: a task group waits
 for every task, and a rollout that swallows its cancellation would then hold the run forever.
@@ -30,168 +31,49 @@ for every task, and a rollout that swallows its cancellation would then hold the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-import os
 import random
-import sys
-import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from osmosis_run._construct import construct
-from osmosis_run._json import encode
 from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunError
-from osmosis_run.eventloop import new_event_loop
-from osmosis_run.results.metrics import MetricsAccumulator
 from osmosis_run.results.outcome import is_error
 from osmosis_run.results.records import ResultLine, Summary
-from osmosis_run.retry import backoff
 from osmosis_run.run.dataset import is_stream, iter_rows, rollout_id
+from osmosis_run.run.deadlines import ABANDON_GRACE_S, BLOCKED_AFTER_S, Deadlines, Watchdog
+from osmosis_run.run.feeds import Feed, InlineFeed, ThreadFeed, open_stream
+from osmosis_run.run.lifecycle import TICK_S, Lifecycle
 from osmosis_run.run.plan import Plan
-from osmosis_run.run.rollouts import (
-    Job,
-    attempt_error,
-    invalid_line,
-    result_document,
-    result_line,
-    rollout_seed,
-    trajectory_document,
-    unwritable,
-)
-from osmosis_run.run.seam import (
-    LOST_LIMIT,
-    Artifacts,
-    Attempt,
-    AttemptLost,
-    AttemptResult,
-    Executor,
-    ModelGateway,
-)
+from osmosis_run.run.rollouts import Job, invalid_line, request_of, rollout_seed
+from osmosis_run.run.seam import Executor, ModelGateway
 from osmosis_run.run.selection import select
 from osmosis_run.run.settings import settings_to_toml
-from osmosis_run.run.threads import WorkerThreads, default_size
-from osmosis_run.sdk.backend import ARTIFACTS
 from osmosis_run.sdk.context import RolloutContext
-from osmosis_run.sdk.types import (
-    ExecutionOutcome,
-    ExecutionRequest,
-    ExecutionResult,
-    RolloutErrorCategory,
-    RolloutStatus,
-)
-from osmosis_run.store.layout import RUN_CONFIG, rollout_dir
+from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
+from osmosis_run.store.layout import RUN_CONFIG
 from osmosis_run.store.store import RunStore, infrastructure_error, read_results
 
-__all__ = [
-    "Reporter",
-    "RunOutcome",
-    "Scheduler",
-    "retry_delay",
-    "run_to_completion",
-    "within_deadline",
-]
+__all__ = ["Reporter", "RunOutcome", "Scheduler"]
 
 LOOKAHEAD = 256
 DIR_BATCH = 64
-TICK_S = 0.02
 # File-system work (making artifacts directories ahead, writing finished rollouts) goes to a
 # writer process (see writer.py) when a run has at least this many rollouts to do; below it,
 # starting one costs more than it saves.
 WRITER_PROCESS_FROM = 200
 STALL_CHECK_S = 5.0
 STALL_AFTER_S = 60.0
-TRANSIENT = frozenset({RolloutErrorCategory.TIMEOUT, RolloutErrorCategory.AGENT_ERROR})
-# Retries back off by the one rule (osmosis_run/retry.py): attempt n waits a random time in
-# [d/2, d] with d = min(RETRY_MAX_S, RETRY_BASE_S * 2**(n-1)), or the Retry-After the failure
-# carried if that is longer (at most MAX_RETRY_AFTER_S).
-RETRY_BASE_S = 0.5
-RETRY_MAX_S = 30.0
-# A rollout past its deadline that ignores its cancellation this long is abandoned.
-ABANDON_GRACE_S = 2.0
 # After a stop, rollouts in flight get this long to end before they are abandoned.
 STOP_GRACE_S = 2.0
-# The watchdog names a rollout that holds the event loop this long (blocking code).
-BLOCKED_AFTER_S = 3.0
-WATCH_EVERY_S = 0.5
-# Rows are read by a thread and handed to the event loop in batches of at most FEED_BATCH
-# jobs, FEED_AHEAD batches at most waiting: memory stays O(concurrency + look-ahead).
-FEED_BATCH = 64
 # A finished rollout is recorded this many turns of the event loop later, with the others that
 # finished meanwhile: the rollouts its slot lets start begin first (a burst of rollouts finishing
 # together must not delay the next ones by its bookkeeping), and one callback records a burst.
 RECORD_AFTER_TURNS = 2
-FEED_AHEAD = 4
 _UNRECORDED = object()
-# At the end of a run, what is still running gets this long to end after its cancellation.
-CLOSE_GRACE_S = 0.5
-
-T = TypeVar("T")
-
-
-def run_to_completion(main: Coroutine[Any, Any, T], threads: WorkerThreads | None = None) -> T:
-    """``asyncio.run(main)``, except that user code left running is not waited for at the end.
-
-    ``asyncio.run`` cancels every task still running when ``main`` returns and waits for all
-    of them, and then for every call in its default executor; a rollout that swallows its
-    cancellation (and was abandoned), or whose blocking call goes on in ``asyncio.to_thread``
-    after its timeout or a stop, would make it wait as long as they run. Here such tasks get
-    ``CLOSE_GRACE_S`` and are then dropped with the loop, and the default executor is ``threads``
-    (``run/threads.py``: daemon threads, waited for ``CLOSE_GRACE_S`` at most; afterwards its
-    ``running`` says how many calls were left).
-    """
-    loop = new_event_loop()
-    if threads is None:
-        threads = WorkerThreads(default_size(None))
-    loop.set_default_executor(threads)
-    try:
-        asyncio.set_event_loop(loop)
-        return loop.run_until_complete(main)
-    finally:
-        try:
-            pending = asyncio.all_tasks(loop)
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.wait(pending, timeout=CLOSE_GRACE_S))
-            left = {task for task in pending if not task.done()}
-            if left:  # they are destroyed pending: that is the point, not an error to log
-                loop.set_exception_handler(_quiet_about(left, loop.get_exception_handler()))
-                for task in left:
-                    _close_now(task)
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            threads.settle(CLOSE_GRACE_S)
-        finally:
-            asyncio.set_event_loop(None)
-            loop.close()
-
-
-def _close_now(task: asyncio.Task[Any]) -> None:
-    """Close an abandoned task's coroutine now rather than whenever it is garbage-collected.
-
-    Its frames then unwind here (GeneratorExit), not in the middle of unrelated work later.
-    """
-    with contextlib.suppress(BaseException):  # it may ignore GeneratorExit too: drop it anyway
-        task.get_coro().close()
-
-
-def _quiet_about(
-    abandoned: set[asyncio.Task[Any]], handler: Any
-) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
-    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if context.get("task") in abandoned:
-            return
-        if handler is not None:
-            handler(loop, context)
-        else:
-            loop.default_exception_handler(context)
-
-    return handle
 
 
 class Reporter(Protocol):
@@ -244,15 +126,6 @@ class RunOutcome:
     abandoned: int = 0
 
 
-def retry_delay(attempt: int, retry_after: float | None, rng: random.Random) -> float:
-    """Seconds to wait before attempt ``attempt + 1``: exponential back-off with jitter.
-
-    ``retry_after`` (what a rate-limited request asked for) wins when it is longer.
-    """
-    delay = backoff(attempt, base_s=RETRY_BASE_S, max_s=RETRY_MAX_S, rng=rng)
-    return max(delay, retry_after) if retry_after is not None else delay
-
-
 @dataclass(slots=True)
 class _DirBatch:
     """A batch of artifacts directories the writer process is making."""
@@ -279,241 +152,6 @@ class _DirBatch:
         await asyncio.shield(self.waiter)
 
 
-class _RawStream:
-    """A file descriptor read with plain ``os.read`` calls (no buffered object, no lock).
-
-    The feed thread may be blocked reading a stdin that stays open when the run ends; a
-    buffered stream's lock held by that thread would abort the interpreter's shutdown.
-    """
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def read1(self, size: int = -1) -> bytes:
-        return os.read(self._fd, size if size > 0 else 1 << 16)
-
-    def close(self) -> None:
-        os.close(self._fd)
-
-
-class _Borrowed:
-    """A stream read but not owned: closing it leaves it open."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def read1(self, size: int = -1) -> bytes:
-        read = getattr(self._stream, "read1", self._stream.read)
-        data: bytes = read(size if size > 0 else 1 << 16)
-        return data
-
-    def close(self) -> None:
-        pass
-
-
-class _Feed:
-    """Jobs made by a thread from the dataset's rows, handed to the event loop in batches.
-
-    Reading a row can block (a stdin or FIFO whose producer is slow): the thread blocks, never
-    the event loop, so rollouts keep running and Ctrl-C acts at once. The thread hands over what
-    it has before each read that may block, so a live producer's rows start as they arrive.
-    """
-
-    def __init__(
-        self,
-        make: Callable[[Callable[[], None]], Iterator[Job]],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self._make = make
-        self._loop = loop
-        self._queue: asyncio.Queue[list[Job] | BaseException | None] = asyncio.Queue()
-        self._room = threading.Semaphore(FEED_AHEAD)
-        self._closed = threading.Event()
-        self._batch: list[Job] = []
-        self._thread = threading.Thread(target=self._read, name="osmosis-run rows", daemon=True)
-        self._thread.start()
-
-    async def next_batch(self) -> list[Job] | None:
-        """The next batch of jobs, or None at the end of the rows.
-
-        Raises:
-            DatasetError: the dataset could not be read, or is not the one recorded.
-        """
-        item = await self._queue.get()
-        self._room.release()
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    def close(self) -> None:
-        """Stop reading (a thread blocked on a read is left to end with the process)."""
-        self._closed.set()
-        self._room.release()
-
-    def _read(self) -> None:
-        try:
-            for job in self._make(self._flush):
-                self._batch.append(job)
-                if len(self._batch) >= FEED_BATCH:
-                    self._flush()
-            self._flush()
-            self._put(None)
-        except _Closed:
-            return
-        except BaseException as exc:  # handed to the event loop, raised there
-            self._put_quietly(exc)
-
-    def _flush(self) -> None:
-        if self._batch:
-            batch, self._batch = self._batch, []
-            self._put(batch)
-
-    def _put(self, item: list[Job] | BaseException | None) -> None:
-        self._room.acquire()
-        if self._closed.is_set():
-            raise _Closed
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        except RuntimeError:  # the event loop is closed: the run is over
-            raise _Closed from None
-
-    def _put_quietly(self, item: BaseException) -> None:
-        with contextlib.suppress(_Closed):
-            self._put(item)
-
-
-class _InlineFeed:
-    """Jobs from a regular file, made on the event loop, a batch at a time.
-
-    A regular file has no producer to wait for: its reads return at once. A reader thread
-    would only contend with the event loop for the interpreter lock (each system call of the
-    loop hands the lock to the thread, which then parses a batch before giving it back).
-    """
-
-    def __init__(self, make: Callable[[Callable[[], None]], Iterator[Job]]) -> None:
-        self._jobs = make(_nothing)
-        self._done = False
-
-    async def next_batch(self) -> list[Job] | None:
-        """The next batch of jobs, or None at the end of the rows.
-
-        Raises:
-            DatasetError: the dataset could not be read.
-        """
-        await asyncio.sleep(0)  # let the rollouts started so far run between batches
-        if self._done:
-            return None
-        batch = list(itertools.islice(self._jobs, FEED_BATCH))
-        if not batch:
-            self._done = True
-            return None
-        return batch
-
-    def close(self) -> None:
-        """Stop reading (the dataset file is closed)."""
-        close = getattr(self._jobs, "close", None)
-        if close is not None:
-            close()
-
-
-def _nothing() -> None:
-    """A reader that never waits needs no hand-over."""
-
-
-class _Closed(Exception):
-    """The feed was closed while its thread was handing a batch over."""
-
-
-class _Watchdog:
-    """A thread that names the rollout holding the event loop (blocking code in a workflow).
-
-    The event loop beats every ``TICK_S``; when it has not beaten for ``after_s``, the
-    task running on it is the culprit. Each rollout is named once.
-    """
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        report: Callable[[str | None, float], None],
-        running: dict[str, float],
-        *,
-        after_s: float,
-    ) -> None:
-        self.beat = time.monotonic()
-        self._after_s = after_s
-        self._loop = loop
-        self._report = report
-        self._running = running
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._watch, name="osmosis-run watchdog", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _watch(self) -> None:
-        named: set[str | None] = set()
-        suspect: tuple[float, str | None] | None = None
-        while not self._stop.wait(min(WATCH_EVERY_S, self._after_s / 4)):
-            beat = self.beat
-            if time.monotonic() - beat < self._after_s:
-                suspect = None
-                continue
-            task = asyncio.current_task(self._loop)
-            name = task.get_name() if task is not None else None
-            seen = (beat, name if name in self._running else None)
-            # Named only when seen twice with no beat between: not a task that merely runs
-            # for a moment right after the loop came back, before it could beat. What is not a
-            # rollout (osmosis-run's own work, such as sorting a shuffled dataset) is not named.
-            if seen == suspect and seen[1] is not None and seen[1] not in named:
-                named.add(seen[1])
-                self._report(seen[1], time.monotonic() - beat)
-            suspect = seen
-
-
-async def within_deadline(
-    seconds: float | None,
-    work: Coroutine[Any, Any, T],
-    *,
-    rollout_id: str,
-    timed_out: Callable[[], T],
-    abandon_grace_s: float,
-    orphan: Callable[[asyncio.Future[Any]], None],
-) -> T:
-    """Run ``work`` within ``seconds`` from now; past it, ``timed_out()``: the engine's deadline.
-
-    With a deadline the work runs in a task of its own (named ``rollout_id``), so that the
-    caller can stop waiting for code that ignores its cancellation: it is handed to ``orphan``
-    after ``abandon_grace_s``. Work that returns after its deadline (blocking code held the event
-    loop, so the timer could not fire) is a timeout as well. The scheduler and the rollout
-    server (``osmosis_run.server``) both run stages through this one function.
-    """
-    if seconds is None:
-        return await work
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    task = loop.create_task(work, name=rollout_id)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-        if not done:
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=abandon_grace_s)
-    except asyncio.CancelledError:  # the run is stopping: the stage goes with it
-        task.cancel()
-        orphan(task)
-        raise
-    if not done:
-        orphan(task)
-        return timed_out()
-    if task.cancelled() or loop.time() > deadline:
-        if not task.cancelled():
-            task.exception()  # retrieved: a late result is dropped, not logged
-        return timed_out()
-    return task.result()
-
-
 class Scheduler:
     """Execute a ``Plan``: its rollouts through an ``Executor``, their records into the store.
 
@@ -532,6 +170,10 @@ class Scheduler:
         sleep: how retries wait (tests pass a fake clock).
         rng: the jitter of retry back-off.
         gateway: the model gateway between the rollouts and the model (None: direct).
+
+    Attributes:
+        deadlines: the run's ``Deadlines``, handed to the executor with every attempt.
+        lifecycle: each rollout's attempts and records (``on_executor_error="stop"``).
     """
 
     def __init__(
@@ -558,11 +200,24 @@ class Scheduler:
         self.stall_after_s = stall_after_s
         self.blocked_after_s = blocked_after_s
         self.stop_grace_s = stop_grace_s
-        self.abandon_grace_s = abandon_grace_s
         self.selection = plan.selection
         self.planned = plan.planned
-        self._sleep = sleep
-        self._rng = rng or random.Random()
+        self.deadlines = Deadlines(abandon_grace_s=abandon_grace_s)
+        s = self.settings
+        self.lifecycle = Lifecycle(
+            executor,
+            store,
+            deadlines=self.deadlines,
+            pass_threshold=s.after.pass_threshold,
+            samples=s.run.samples,
+            group_by=s.after.group_by,
+            attempts=s.execution.retries + 1,
+            messages=not s.output.no_messages,
+            gateway=gateway,
+            on_executor_error="stop",  # eval's policy: the run stops, the error is raised
+            sleep=sleep,
+            rng=rng,
+        )
         # rollout id -> the row hash its results line recorded (None in runs from before).
         self._finished: dict[str, str | None] = {}
         self._resumed = 0
@@ -577,13 +232,7 @@ class Scheduler:
         if gateway is not None:  # the rollouts talk to the gateway, with the run's own key
             self._endpoint.api_key = gateway.api_key
         self._running: dict[str, float] = {}  # rollout id -> when it started: O(concurrency)
-        self._metrics = MetricsAccumulator(
-            pass_threshold=self.settings.after.pass_threshold,
-            samples=self.settings.run.samples,
-            group_by=self.settings.after.group_by,
-        )
         self._tasks: dict[str, asyncio.Task[None]] = {}  # rollout id -> its task, while it runs
-        self._orphans: set[asyncio.Future[Any]] = set()  # abandoned user code, maybe running
         self._unreported: list[tuple[ResultLine, bytes]] = []
         # Rollouts finished and not recorded yet (recorded a few loop turns later, together).
         self._finished_jobs: list[
@@ -593,7 +242,7 @@ class Scheduler:
         self._failure: OsmosisRunError | None = None
         self._bug: BaseException | None = None
         self._main: asyncio.Task[Any] | None = None
-        self._watchdog: _Watchdog | None = None
+        self._watchdog: Watchdog | None = None
         self._started = 0.0
 
     @classmethod
@@ -602,8 +251,7 @@ class Scheduler:
         plan: Plan,
         executor: Executor,
         *,
-        writer_process: bool = True,
-        writer_process_from: int = WRITER_PROCESS_FROM,
+        writer_process_from: int | None = WRITER_PROCESS_FROM,
         **options: Any,
     ) -> Scheduler:
         """Open the plan's run directory (locked) and take back what finished before.
@@ -611,8 +259,8 @@ class Scheduler:
         Args:
             plan: what to run.
             executor: what runs each attempt.
-            writer_process: whether large runs may write through a writer process.
-            writer_process_from: how many rollouts to do make a run large.
+            writer_process_from: how many rollouts to do make a run large enough to write
+                through a writer process (None: never).
             **options: the keyword arguments of ``Scheduler``.
 
         Raises:
@@ -633,7 +281,9 @@ class Scheduler:
             store.close()
             raise
         to_do = None if plan.planned is None else plan.planned - scheduler._resumed
-        store.background = writer_process and (to_do is None or to_do >= writer_process_from)
+        store.background = writer_process_from is not None and (
+            to_do is None or to_do >= writer_process_from
+        )
         return scheduler
 
     def _resume(self) -> None:
@@ -651,7 +301,7 @@ class Scheduler:
     def _resume_line(self, line: ResultLine, raw: bytes) -> None:
         """Take one results line of an earlier invocation back."""
         self._finished[line.rollout_id] = line.row_hash
-        self._metrics.add(line)
+        self.lifecycle.metrics.add(line)
         if is_error(line.status):
             self._kept_failures += 1
         if self.settings.output.jsonl:
@@ -749,7 +399,7 @@ class Scheduler:
             summary=summary,
             interrupted=self._halting and self._failure is None,
             failure=self._failure,
-            abandoned=self._abandon_orphans(),
+            abandoned=self.deadlines.cancel_abandoned(),
         )
 
     def _close(self) -> Summary:
@@ -773,11 +423,7 @@ class Scheduler:
 
     def _durable_summary(self) -> Summary:
         """The summary of the results that reached results.jsonl (after a failure)."""
-        metrics = MetricsAccumulator(
-            pass_threshold=self.settings.after.pass_threshold,
-            samples=self.settings.run.samples,
-            group_by=self.settings.after.group_by,
-        )
+        metrics = self.lifecycle.new_metrics()
         seen: set[str] = set()
         for line in read_results(self.store.dir):
             if line.rollout_id not in seen:
@@ -786,19 +432,14 @@ class Scheduler:
         wall = time.perf_counter() - self._started if self._started else None
         return metrics.summary(planned=self.planned, wall_s=wall, interrupted=True)
 
-    def _abandon_orphans(self) -> int:
-        """Cancel abandoned user code once more; count what may still be running."""
-        pending = [task for task in self._orphans if not task.done()]
-        for task in pending:
-            task.cancel()
-        return len(pending)
-
     def summary(self, *, interrupted: bool = False) -> Summary:
         """The summary of what has finished so far."""
         if self._kept is not None:
             return self._kept
         wall = time.perf_counter() - self._started if self._started else None
-        summary = self._metrics.summary(planned=self.planned, wall_s=wall, interrupted=interrupted)
+        summary = self.lifecycle.metrics.summary(
+            planned=self.planned, wall_s=wall, interrupted=interrupted
+        )
         ran = summary.rollouts - self._resumed
         summary.throughput_per_s = ran / wall if wall and ran else None
         if self.gateway is not None and summary.model is not None:
@@ -814,11 +455,11 @@ class Scheduler:
             loop.add_reader(replies, self.store.poll)
         ticker = loop.create_task(self._tick())
         if self.reporter is not None:
-            self._watchdog = _Watchdog(
+            self._watchdog = Watchdog(
                 loop, self.reporter.blocked, self._running, after_s=self.blocked_after_s
             )
-        feed: _Feed | _InlineFeed = (
-            _Feed(self._jobs, loop) if is_stream(self.plan.dataset) else _InlineFeed(self._jobs)
+        feed: Feed = (
+            ThreadFeed(self._jobs, loop) if is_stream(self.plan.dataset) else InlineFeed(self._jobs)
         )
         try:
             await self._schedule(feed, window)
@@ -842,7 +483,7 @@ class Scheduler:
             if replies is not None:
                 loop.remove_reader(replies)
 
-    async def _schedule(self, feed: _Feed | _InlineFeed, window: asyncio.Semaphore | None) -> None:
+    async def _schedule(self, feed: Feed, window: asyncio.Semaphore | None) -> None:
         """Start a task per job as rows arrive, within the window."""
         ahead: deque[Job] = deque()
         batch: list[Job] = []
@@ -870,7 +511,7 @@ class Scheduler:
                 await window.acquire()
             self._start(job, window)
 
-    async def _next_jobs(self, feed: _Feed | _InlineFeed) -> list[Job] | None:
+    async def _next_jobs(self, feed: Feed) -> list[Job] | None:
         """The next batch of jobs; None at the end, or when the dataset failed (the run stops)."""
         try:
             return await feed.next_batch()
@@ -884,7 +525,7 @@ class Scheduler:
         Not a coroutine: the caller awaits the window itself (a coroutine fewer per rollout).
         """
         if job.row.error is not None:
-            self._record(job, invalid_line(job), result=None, request=None)
+            self._write(job, invalid_line(job))
             self._report_handed()
             return
         task = asyncio.get_running_loop().create_task(
@@ -909,7 +550,8 @@ class Scheduler:
             task.cancel()
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks.values()), timeout=self.stop_grace_s)
-            self._orphans.update(pending)
+            for task in pending:
+                self.deadlines.abandon(task)
 
     def _make_dirs(self, batch: list[Job]) -> None:
         """Have the writer process make a batch of artifacts directories."""
@@ -933,7 +575,7 @@ class Scheduler:
             if done.exception() is None:
                 failed = set(done.result())
                 adopt(i for i in ids if i not in failed)
-                ready.ready = True  # its rollouts start without waiting (see _execute_job)
+                ready.ready = True  # its rollouts start without waiting (see _run_job)
 
         ready = _DirBatch(future)
         future.add_done_callback(made)
@@ -977,7 +619,7 @@ class Scheduler:
             return
         dataset = self.settings.run.dataset
         assert dataset is not None
-        source = _open_stream(dataset) if is_stream(dataset) else None
+        source = open_stream(dataset) if is_stream(dataset) else None
         samples, seed, finished = (
             range(self.settings.run.samples),
             self.settings.run.seed,
@@ -1001,7 +643,11 @@ class Scheduler:
     async def _run_job(self, job: Job, window: asyncio.Semaphore | None) -> None:
         """Run one rollout in its task (no done callback: the task ends its own bookkeeping)."""
         try:
-            request, outcome, timings, attempts = await self._execute_job(job)
+            if job.dirs is not None and not job.dirs.ready:  # usually made by now: no await
+                await job.dirs.wait()
+            request = self._request(job)
+            self._running[job.rollout_id] = time.perf_counter()
+            outcome, timings, attempts = await self.lifecycle.run(job, request, self._endpoint)
         except Exception as exc:
             self._job_failed(exc)
             return
@@ -1025,171 +671,41 @@ class Scheduler:
             asyncio.get_running_loop().call_soon(self._record_finished, turns - 1)
             return
         finished, self._finished_jobs = self._finished_jobs, []
-        threshold = self.settings.after.pass_threshold
-        messages = not self.settings.output.no_messages
+        record, reporter = self.lifecycle.record, self.reporter
         try:
-            gateway = self.gateway
             for job, request, outcome, timings, attempts in finished:
-                line = result_line(
-                    job, outcome, timings, attempts, pass_threshold=threshold, messages=messages
-                )
-                if gateway is not None:
-                    line.usage = gateway.take_usage(job.rollout_id)
-                self._record(job, line, result=outcome, request=request, timings=timings)
+                try:
+                    handed = record(job, outcome, request, timings, attempts)
+                except InfrastructureError as exc:
+                    self._fail(exc)
+                    continue
+                if reporter is not None:
+                    self._unreported.append(handed)
             self._report_handed()
         except Exception as exc:  # a bug: stop, and raise it from run() with its traceback
             if self._bug is None:
                 self._bug = exc
             self._halt()
 
-    async def _execute_job(
-        self, job: Job
-    ) -> tuple[ExecutionRequest, ExecutionOutcome, dict[str, float | None], int]:
-        """Run a rollout, retrying transient failures; return what the last attempt gave.
-
-        An attempt the backend lost is run again without counting as a retry, at most
-        ``LOST_LIMIT`` times in a row; then it is the rollout's failure.
-        """
-        if job.dirs is not None and not job.dirs.ready:  # usually made by now: no await
-            await job.dirs.wait()
-        request = self._request(job)
-        self._running[job.rollout_id] = time.perf_counter()
-        attempts = self.settings.execution.retries + 1
-        attempt = lost = 0
-        while True:
-            attempt += 1
-            if self.gateway is not None:
-                self.gateway.open_rollout(
-                    job.rollout_id,
-                    sample_index=job.sample_index,
-                    timeout_s=self.settings.execution.agent_timeout,
-                )
-            try:
-                result = await self.executor.run(
-                    Attempt(request, attempt, self._context(job)), self
-                )
-                lost = 0
-            except AttemptLost as exc:
-                lost += 1
-                if lost <= LOST_LIMIT:
-                    attempt -= 1
-                    continue
-                result = _lost(exc, lost)
-            outcome = result.outcome
-            timings = {"workflow_ms": result.workflow_ms, "grader_ms": result.grader_ms}
-            if result.artifacts is not None:
-                job.artifacts = result.artifacts
-                await self._ship(job.rollout_id, result.artifacts)
-            failure = outcome.result
-            if attempt >= attempts or failure.err_category not in TRANSIENT:
-                return request, outcome, timings, attempt
-            diagnostics = failure.extra_fields or {}
-            delay = retry_delay(attempt, diagnostics.get("retry_after_s"), self._rng)
-            job.attempt_errors.append({**attempt_error(attempt, failure), "retry_in_s": delay})
-            await self._sleep(delay)
-
-    async def _ship(self, rollout_id: str, artifacts: Artifacts) -> None:
-        """Write artifacts a backend shipped back into the rollout's directory (off the loop)."""
-        if artifacts.files:
-            where = rollout_dir(self.store.dir, rollout_id) / ARTIFACTS
-            await asyncio.to_thread(_write_files, where, artifacts.files)
-
-    def _context(self, job: Job) -> RolloutContext:
-        """The ambient context of one rollout: its id, the model endpoint, its seed."""
-        context = self._endpoint.derive(job.rollout_id, seed=job.seed)
-        if self.gateway is not None:
-            context.chat_completions_url = self.gateway.url_for(job.rollout_id)
-        return context
-
-    def _request(self, job: Job) -> ExecutionRequest:
-        row, s = job.row, self.settings
-        return construct(
-            ExecutionRequest,
-            id=job.rollout_id,
-            prompt=row.prompt or [],  # the backend hands each workflow and grader its own copy
-            label=row.label,
-            metadata=row.metadata,
-            agent_timeout_sec=s.execution.agent_timeout,
-            grader_timeout_sec=s.execution.grader_timeout,
-            grade=True,
-        )
-
-    async def within(
-        self,
-        stage: str,  # noqa: ARG002  (executors name their stages; the engine treats all alike)
-        seconds: float | None,
-        work: Coroutine[Any, Any, T],
-        *,
-        rollout_id: str,
-        timed_out: Callable[[], T],
-    ) -> T:
-        """Run a stage within its deadline; past it, ``timed_out()`` (the engine's ``Deadlines``).
-
-        With a deadline the stage runs in a task of its own, so that the rollout can stop
-        waiting for code that ignores its cancellation (abandoned after ``abandon_grace_s``).
-        A stage that returns after its deadline (blocking code held the event loop, so the
-        timer could not fire) is a timeout as well.
-        """
-        return await within_deadline(
-            seconds,
-            work,
-            rollout_id=rollout_id,
-            timed_out=timed_out,
-            abandon_grace_s=self.abandon_grace_s,
-            orphan=self._orphan,
-        )
-
-    def _orphan(self, task: asyncio.Future[Any]) -> None:
-        """Keep a reference to user code left running, until it ends."""
-        if not task.done():
-            self._orphans.add(task)
-            task.add_done_callback(self._orphans.discard)
-
-    def _record(
-        self,
-        job: Job,
-        line: ResultLine,
-        *,
-        result: ExecutionOutcome | None,
-        request: ExecutionRequest | None,
-        timings: dict[str, float | None] | None = None,
-    ) -> None:
-        """Write one finished rollout; report it once it is handed to the writer."""
+    def _write(self, job: Job, line: ResultLine) -> None:
+        """Write a rollout that did not run (an invalid row); report it once handed over."""
         try:
-            raw, line, doc, trajectory = self._documents(job, line, result, request, timings)
-        except ValueError as exc:  # user output that JSON cannot hold: this rollout's failure
-            line, result = unwritable(line, result, exc)
-            raw, line, doc, trajectory = self._documents(job, line, result, request, timings)
-        try:
-            self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
+            handed = self.lifecycle.write(job, line, None, None, None)
         except InfrastructureError as exc:
             self._fail(exc)
             return
-        self._metrics.add(line)
         if self.reporter is not None:
-            self._unreported.append((line, raw))
+            self._unreported.append(handed)
 
-    def _documents(
-        self,
-        job: Job,
-        line: ResultLine,
-        result: ExecutionOutcome | None,
-        request: ExecutionRequest | None,
-        timings: dict[str, float | None] | None,
-    ) -> tuple[bytes, ResultLine, bytes, bytes | None]:
-        """The results line, result.json and trajectory.json of a rollout, redacted.
-
-        Raises:
-            ValueError: the rollout's output holds a value JSON cannot hold.
-        """
-        raw = encode(line.__dict__)
-        if self.store.has_secrets:
-            # A workflow may put the key in an error message: keep it out of memory too.
-            redacted = self.store.redactor.json_bytes(raw)
-            if redacted != raw:
-                raw, line = redacted, ResultLine.model_validate_json(redacted)
-        doc = result_document(job, line, result, request, timings)
-        return raw, line, doc, trajectory_document(line, result)
+    def _request(self, job: Job) -> ExecutionRequest:
+        execution = self.settings.execution
+        return request_of(
+            job,
+            job.row.prompt or [],
+            agent_timeout=execution.agent_timeout,
+            grader_timeout=execution.grader_timeout,
+            grade=True,
+        )
 
     def _report_handed(self) -> None:
         """Report the rollouts handed to the writer since the last call, in order.
@@ -1208,54 +724,9 @@ class Scheduler:
             self.reporter.rollout_finished(line, raw)
 
 
-def _open_stream(dataset: str) -> Any:
-    """The stream a dataset of ``-`` (stdin) or a FIFO is read from (in the feed's thread).
-
-    The process's real stdin is read through its file descriptor; a replaced ``sys.stdin``
-    (a test harness, an embedding program) through its binary buffer.
-    """
-    if dataset == "-":
-        stdin = getattr(sys.stdin, "buffer", sys.stdin)
-        try:
-            if stdin.fileno() == 0:
-                return _RawStream(os.dup(0))
-        except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError
-            pass
-        return _Borrowed(stdin)
-    try:
-        return _RawStream(os.open(dataset, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
-    except OSError as exc:
-        raise DatasetError(f"cannot read dataset {dataset}: {exc.strerror or exc}") from None
-
-
 def _changed_row(dataset: str, line: int, rollout: str) -> str:
     name = "<stdin>" if dataset == "-" else dataset
     return (
         f"{name}:{line}: this row differs from the one the run recorded for {rollout}: this "
         "is another dataset; choose another --out, or add --fresh to start the run over"
     )
-
-
-def _lost(error: AttemptLost, times: int) -> AttemptResult:
-    """The failure of a rollout the backend lost ``times`` times in a row."""
-    failed = ExecutionResult(
-        status=RolloutStatus.FAILURE,
-        sample=None,
-        err_message=f"the backend lost this rollout {times} times in a row ({error})",
-        err_category=RolloutErrorCategory.AGENT_ERROR,
-        extra_fields={"stage": "backend"},
-    )
-    return AttemptResult(
-        construct(ExecutionOutcome, workflow=failed, grader=None), None, None, None
-    )
-
-
-def _write_files(where: Path, files: Mapping[str, bytes]) -> None:
-    """Write shipped artifacts under ``where``; a path that leaves it is skipped."""
-    root = where.resolve()
-    for name, data in files.items():
-        target = (where / name).resolve()
-        if not target.is_relative_to(root):
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)

@@ -1,10 +1,11 @@
 """The execution seam: how the engine has one attempt of one rollout run, by any backend.
 
-The engine (scheduler.py) owns everything a run is about: which rollouts, how many in flight,
-deadlines from the moment a rollout starts, retries, stopping, and recording. What runs an
-attempt is an ``Executor``: it gets an ``Attempt`` and gives back an ``AttemptResult`` (the
-outcome, its timings, and where the artifacts are). The engine imports no concrete executor;
-the command line picks one and hands it over.
+The engine owns everything a run is about: which rollouts and how many in flight
+(scheduler.py, or the rollout server's service), deadlines from the moment a rollout starts
+(deadlines.py), and each rollout's attempts, retries and records (lifecycle.py, the one
+lifecycle both drivers use). What runs an attempt is an ``Executor``: it gets an ``Attempt`` and
+gives back an ``AttemptResult`` (the outcome, its timings, and where the artifacts are). The
+engine imports no concrete executor; the command line picks one and hands it over.
 
     class Executor(Protocol):
         limit: int | None          # the backend's own default for rollouts in flight
@@ -14,16 +15,20 @@ the command line picks one and hands it over.
         def adopt_artifacts_dirs(self, rollout_ids) -> None   # made ahead by the writer process
         async def close(self) -> None
 
-``deadlines`` is the engine's deadline machinery: ``await deadlines.within(stage, seconds,
-work)`` runs ``work`` within ``seconds`` from now and returns its result, or a timeout result when
-it overran (cancelled; abandoned if it ignores the cancellation; a timeout too if it returned
-late because blocking code held the loop). An in-process executor wraps each stage with it; a
-remote one forwards the timeouts and wraps the whole call.
+``deadlines`` is a ``run.deadlines.Deadlines`` the driver made (typed here by the ``Deadlines``
+protocol; the executor never gets the scheduler or the server): ``await deadlines.within(stage,
+seconds, work, rollout_id=..., timed_out=...)`` runs ``work`` within ``seconds`` from now and
+returns its result, or ``timed_out()`` when it overran (cancelled; abandoned if it ignores the
+cancellation, and kept in ``deadlines.abandoned``; a timeout too if it returned late because
+blocking code held the loop). An in-process executor wraps each stage with it; a remote one
+forwards the timeouts and wraps the whole call.
 
 Raising ``AttemptLost`` says the backend lost the attempt before it finished (an actor died, a
 connection dropped): the engine runs it again without counting it against ``--retries``, at most
-``LOST_LIMIT`` times, then records a failure. Any other exception is a bug of the executor and
-stops the run with its traceback.
+``LOST_LIMIT`` times, then records a failure. Any other exception is unexpected, and what it
+does is the driver's explicit policy (``Lifecycle(on_executor_error=...)``): eval's scheduler
+stops the run and raises it with its traceback (``"stop"``); the rollout server fails that
+rollout with ``internal_error`` and logs the traceback (``"fail"``), and goes on serving.
 
 The backends behind the seam, each written against this interface alone (their module
 docstrings say the rest):
@@ -137,7 +142,7 @@ class AttemptLost(Exception):
 
 
 class Deadlines(Protocol):
-    """The engine's deadline machinery, handed to executors."""
+    """The engine's deadline machinery, handed to executors (``run.deadlines.Deadlines``)."""
 
     async def within(
         self,

@@ -62,7 +62,7 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
     s, _ = open_workspace(settings)
     dataset = check_inputs(s)
     selection = selection_of(s)
-    if s.execution.server is None:  # with --server, the server loads its own
+    if not s.execution.remote:  # with --server, the server loads its own
         load_components(s)
     name = "<stdin>" if dataset == "-" else dataset
     tally = _Tally(

@@ -4,7 +4,6 @@
     table.py      the rollouts held: leases, status changes, retention
     service.py    admit, execute through the engine's seam, answer, record, shut down
     app.py        the Starlette app: routes, Bearer auth, lifespan
-    http1.py      the HTTP/1.1 protocol ``osmosis-run serve`` gives uvicorn (standard library)
 
 Starlette and uvicorn are the optional extra ``server``; they are imported when
 ``create_rollout_server`` is first used, never by ``import osmosis_run``.

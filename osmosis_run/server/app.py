@@ -87,6 +87,7 @@ def create_rollout_server(
     api_key: str | None = None,
     out: str | os.PathLike[str] | None = None,
     concurrency: int | None = None,
+    pass_threshold: float = 1.0,
 ) -> Starlette:
     """Build the ASGI app that serves ``backend`` over the rollout protocol "0.4".
 
@@ -106,6 +107,8 @@ def create_rollout_server(
         out: the run directory (default ``runs/serve-<UTC time>-<pid>``).
         concurrency: rollouts executing at once (default: the workflow config's limit,
             else 4; 0 for no limit).
+        pass_threshold: a success with at least this reward passed, in the run's records and
+            summary (``osmosis-run serve`` gives the config's ``pass_threshold``, as eval reads it).
 
     Raises:
         ValueError: a timing is invalid, or ``api_key`` is blank.
@@ -129,6 +132,7 @@ def create_rollout_server(
         retention_s=result_retention_sec,
         concurrency=limit,
         secrets=(api_key,) if api_key else (),
+        pass_threshold=pass_threshold,
     )
 
     @asynccontextmanager

@@ -1,11 +1,15 @@
 """What a rollout server does, without the web framework: admit, execute, answer, record, stop.
 
-``RolloutService`` holds the rollouts (``table.py``), runs each one through the engine's seam
-(``LocalExecutor``, each stage within the engine's deadline, ``run.scheduler.within_deadline``,
-from the moment the rollout gets a concurrency slot), and records every rollout it admitted
-with the store eval uses: one ``results.jsonl`` line, ``rollouts/<id>/result.json`` and
-``trajectory.json`` (ATIF, carrying the request's ``extra_fields``), and the artifacts the
-workflow wrote, so ``osmosis-run report RUN --html`` shows what a server did.
+``RolloutService`` holds the rollouts (``table.py``) and drives each one through the rollout
+lifecycle eval's scheduler drives (``run/lifecycle.py``): one attempt through the engine's seam
+(``LocalExecutor``, each stage within the service's own ``Deadlines``, from the moment the
+rollout gets a concurrency slot; the trainer retries), then its records in the store eval uses:
+one ``results.jsonl`` line (the run's pass threshold, the config's ``pass_threshold``),
+``rollouts/<id>/result.json`` and ``trajectory.json`` (ATIF, carrying the request's
+``extra_fields``), redacted of the server's key and of the request's own, and the artifacts the
+workflow wrote, so ``osmosis-run report RUN --html`` shows what a server did. An executor's
+unexpected exception fails that rollout (``internal_error``) and its traceback is logged: the
+lifecycle's ``"fail"`` policy.
 
 Every admitted rollout ends with exactly one result, recorded once: the executor's, or a
 cancellation, or a lease that ran out (``failure`` / ``lease_expired``: the result is final at
@@ -25,27 +29,19 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from osmosis_run import _redact
 from osmosis_run._construct import construct
-from osmosis_run._json import encode
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
-from osmosis_run.results.metrics import MetricsAccumulator
 from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.run.dataset import Row
+from osmosis_run.run.deadlines import ABANDON_GRACE_S, Deadlines
 from osmosis_run.run.fingerprint import source_hash
-from osmosis_run.run.rollouts import (
-    Job,
-    result_document,
-    result_line,
-    rollout_seed,
-    trajectory_document,
-    unwritable,
-)
-from osmosis_run.run.scheduler import ABANDON_GRACE_S, TICK_S, within_deadline
-from osmosis_run.run.seam import Attempt, AttemptResult
+from osmosis_run.run.lifecycle import TICK_S, Lifecycle, Timings
+from osmosis_run.run.rollouts import CANCELLED, Job, internal_error, request_of, rollout_seed
+from osmosis_run.run.seam import Executor
 from osmosis_run.sdk.backend import LocalBackend
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import (
@@ -76,15 +72,12 @@ __all__ = [
 
 logger = _redact.logger(__name__)
 
-T = TypeVar("T")
-
 DEFAULT_RESULT_WAIT_TIMEOUT_SEC = 30.0
 DEFAULT_POLLING_LEASE_TIMEOUT_SEC = 120.0
 DEFAULT_RESULT_RETENTION_SEC = 900.0
 DRAIN_S = 10.0
 CLEANUP_S = 120.0
 RETRY_AFTER_S = "5"
-CANCELLED = "cancelled"
 
 
 def check_timings(*, wait_s: float, lease_s: float, retention_s: float) -> None:
@@ -115,7 +108,12 @@ class RolloutService:
         secrets: strings never written to the run directory (the server's API key).
         drain_s: at shutdown, how long rollouts in flight get before they are cancelled.
         cleanup_s: then how long cancelled rollouts get to end.
-        abandon_grace_s: how long a cancelled rollout gets before its result is published.
+        abandon_grace_s: how long a cancelled rollout gets before its result is published,
+            and a stage past its deadline before it is abandoned.
+        pass_threshold: the run's: a success with at least this reward passed (eval's
+            ``pass_threshold``).
+        executor: runs each attempt (default: ``LocalExecutor`` over ``backend``, which
+            reports the ``grading`` status; tests pass ``FakeExecutor``).
 
     Raises:
         ValueError: a timing is invalid (``check_timings``).
@@ -135,6 +133,8 @@ class RolloutService:
         drain_s: float = DRAIN_S,
         cleanup_s: float = CLEANUP_S,
         abandon_grace_s: float = ABANDON_GRACE_S,
+        pass_threshold: float = 1.0,
+        executor: Executor | None = None,
     ) -> None:
         check_timings(wait_s=result_wait_s, lease_s=lease_s, retention_s=retention_s)
         self.backend = backend
@@ -152,14 +152,21 @@ class RolloutService:
         )
         self.store = _open_store(run_dir, backend, secrets)
         backend.artifact_root = self.store.rollouts_dir.absolute()
-        self.executor = LocalExecutor(backend, on_grading=self._grading)
+        self.executor = executor or LocalExecutor(backend, on_grading=self._grading)
+        self.deadlines = Deadlines(abandon_grace_s=abandon_grace_s)
+        self.lifecycle = Lifecycle(
+            self.executor,
+            self.store,
+            deadlines=self.deadlines,
+            pass_threshold=pass_threshold,
+            attempts=1,  # the trainer retries: one attempt per request
+            on_executor_error="fail",  # the server's policy: that rollout fails, logged
+        )
         self._window = asyncio.Semaphore(concurrency) if concurrency else None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._orphans: set[asyncio.Future[Any]] = set()
         self._queued = 0
         self._running = 0
         self._admitted = 0
-        self._metrics = MetricsAccumulator(pass_threshold=1.0, samples=1, group_by=None)
         self._earlier = 0  # rollouts an earlier server recorded in this run directory
         self._hand_timer: asyncio.TimerHandle | None = None
         self._reader: int | None = None
@@ -326,52 +333,30 @@ class RolloutService:
 
     # -- execution ------------------------------------------------------------------------
 
-    async def within(
-        self,
-        stage: str,  # noqa: ARG002  (the engine treats all stages alike)
-        seconds: float | None,
-        work: Any,
-        *,
-        rollout_id: str,
-        timed_out: Any,
-    ) -> Any:
-        """The engine's deadline for one stage (the executor's ``Deadlines``)."""
-        return await within_deadline(
-            seconds,
-            work,
-            rollout_id=rollout_id,
-            timed_out=timed_out,
-            abandon_grace_s=self.abandon_grace_s,
-            orphan=self._orphan,
-        )
-
     async def _execute(self, entry: Entry, init: RolloutInitRequest) -> None:
         """Wait for a slot, run the attempt, publish and record its result."""
-        request = construct(
-            ExecutionRequest,
-            id=init.rollout_id,
-            prompt=init.initial_messages,
-            label=init.label,
-            metadata=init.metadata,
-            agent_timeout_sec=init.agent_timeout_sec,
-            grader_timeout_sec=init.grader_timeout_sec,
+        request = request_of(
+            entry.job,
+            init.initial_messages,
+            agent_timeout=init.agent_timeout_sec,
+            grader_timeout=init.grader_timeout_sec,
             grade=init.grade,
         )
         extra = {"request_extra_fields": init.extra_fields} if init.extra_fields else None
         try:
-            result = await self._attempt(entry, request, init, entry.job.seed)
+            outcome, timings = await self._attempt(entry, request, init)
         except asyncio.CancelledError:
             self._publish(entry, _cancelled(), request, None, extra)
             raise
         if entry.disposition is not None:  # cancelled, and its code returned all the same
             self._publish(entry, _cancelled(), request, None, extra)
             return
-        timings = {"workflow_ms": result.workflow_ms, "grader_ms": result.grader_ms}
-        self._publish(entry, result.outcome, request, timings, extra)
+        self._publish(entry, outcome, request, timings, extra)
 
     async def _attempt(
-        self, entry: Entry, request: ExecutionRequest, init: RolloutInitRequest, seed: int
-    ) -> AttemptResult:
+        self, entry: Entry, request: ExecutionRequest, init: RolloutInitRequest
+    ) -> tuple[ExecutionOutcome, Timings]:
+        """Wait for a slot; then the rollout's one attempt, through the lifecycle."""
         window = self._window
         self._queued += 1
         try:
@@ -382,17 +367,13 @@ class RolloutService:
         self._running += 1
         try:
             self.table.set_status(entry, RolloutStatus.RUNNING)
-            context = RolloutContext(
+            endpoint = RolloutContext(
                 chat_completions_url=init.chat_completions_url,
                 api_key=init.llm_api_key,
                 rollout_id=init.rollout_id,
-                seed=seed,
             )
-            try:
-                return await self.executor.run(Attempt(request, 1, context), self)
-            except Exception as exc:  # a bug below the seam: this rollout's failure, logged
-                logger.exception("rollout %s crashed", init.rollout_id)
-                return AttemptResult(_crashed(exc), None, None)
+            outcome, timings, _ = await self.lifecycle.run(entry.job, request, endpoint)
+            return outcome, timings
         finally:
             self._running -= 1
             if window is not None:
@@ -408,7 +389,7 @@ class RolloutService:
         entry: Entry,
         outcome: ExecutionOutcome,
         request: ExecutionRequest | None,
-        timings: dict[str, float | None] | None,
+        timings: Timings | None,
         extra: dict[str, Any] | None,
     ) -> None:
         """Record a rollout's result and make it final (once), whatever recording raises.
@@ -477,7 +458,7 @@ class RolloutService:
         if entry.body is None:
             self._publish(entry, _cancelled(), None, None, None)
         if entry.task is not None:
-            self._orphan(entry.task)
+            self.deadlines.abandon(entry.task)
 
     def _ended(self, entry: Entry, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -489,11 +470,6 @@ class RolloutService:
             if entry.release_when_done:
                 self.table.release(entry)
 
-    def _orphan(self, task: asyncio.Future[Any]) -> None:
-        if not task.done():
-            self._orphans.add(task)
-            task.add_done_callback(self._orphans.discard)
-
     # -- records --------------------------------------------------------------------------
 
     def _record(
@@ -501,12 +477,12 @@ class RolloutService:
         job: Job,
         outcome: ExecutionOutcome,
         request: ExecutionRequest | None,
-        timings: dict[str, float | None] | None,
+        timings: Timings | None,
         extra: dict[str, Any] | None,
         *,
         secret: str | None = None,
     ) -> None:
-        """Write one finished rollout into the run directory.
+        """Write one finished rollout into the run directory, through the lifecycle.
 
         ``secret`` (the request's model key) is redacted from every file the rollout leaves.
 
@@ -515,48 +491,17 @@ class RolloutService:
         """
         if self._closed:
             return
-        line = result_line(
+        self.lifecycle.record(
             job,
             outcome,
+            request,
             timings or {"workflow_ms": None, "grader_ms": None},
             1,
-            pass_threshold=1.0,
+            extra=extra,
+            secret=secret,
         )
-        if outcome.result.status == RolloutStatus.CANCELLED:
-            line = line.model_copy(update={"error_category": CANCELLED})
-        try:
-            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
-        except ValueError as exc:  # output JSON cannot hold: this rollout's validation_error
-            line, outcome = unwritable(line, outcome, exc)
-            raw, doc, trajectory = self._documents(job, line, outcome, request, timings, extra)
-        if secret:  # a workflow may echo the request's model key: it never reaches a file
-            redact = _redact.Redactor([secret]).json_bytes
-            redacted, doc = redact(raw), redact(doc)
-            trajectory = redact(trajectory) if trajectory is not None else None
-            if redacted != raw:  # the summary's error examples come from the line: redact it too
-                raw, line = redacted, ResultLine.model_validate_json(redacted)
-        self.store.write_rollout(job.rollout_id, line=raw, result=doc, trajectory=trajectory)
         self._recorded.add(job.rollout_id)
-        self._metrics.add(line)
         self._schedule_hand_off()
-
-    @staticmethod
-    def _documents(
-        job: Job,
-        line: ResultLine,
-        outcome: ExecutionOutcome,
-        request: ExecutionRequest | None,
-        timings: dict[str, float | None] | None,
-        extra: dict[str, Any] | None,
-    ) -> tuple[bytes, bytes, bytes | None]:
-        """The results line, result.json and trajectory.json of a rollout.
-
-        Raises:
-            ValueError: the rollout's output holds a value JSON cannot hold.
-        """
-        raw = encode(line.__dict__)
-        doc = result_document(job, line, outcome, request, timings)
-        return raw, doc, trajectory_document(line, outcome, extra=extra)
 
     def _schedule_hand_off(self) -> None:
         if self.store.pending and self._hand_timer is None:
@@ -587,7 +532,7 @@ class RolloutService:
         """The ids an earlier server recorded in this run directory, its results counted."""
 
         def counted(line: ResultLine, _raw: bytes) -> None:
-            self._metrics.add(line)
+            self.lifecycle.metrics.add(line)
             self._earlier += 1
 
         try:
@@ -600,7 +545,7 @@ class RolloutService:
         """The metrics of what this run directory holds (an earlier server's rollouts too)."""
         wall = time.perf_counter() - self._started if self._started else None
         interrupted = self.recording_error is not None
-        return self._metrics.summary(planned=None, wall_s=wall, interrupted=interrupted)
+        return self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=interrupted)
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -650,15 +595,15 @@ class RolloutService:
         handed over reached it (then the run is not complete)."""
         if durable and self.recording_error is None:
             return self.summary()
-        metrics = MetricsAccumulator(pass_threshold=1.0, samples=1, group_by=None)
+        metrics = self.lifecycle.new_metrics()
         try:
             self.store.load_finished(drop_failed=False, on_line=lambda line, _: metrics.add(line))
         except RunDirError:
             pass  # unreadable too: the counts of what was handed over are all there is
         else:
-            self._metrics = metrics
+            self.lifecycle.metrics = metrics
         wall = time.perf_counter() - self._started if self._started else None
-        return self._metrics.summary(planned=None, wall_s=wall, interrupted=True)
+        return self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=True)
 
 
 def _open_store(run_dir: Path, backend: LocalBackend, secrets: tuple[str, ...]) -> RunStore:
@@ -727,11 +672,4 @@ def _unrecorded(exc: InfrastructureError) -> ExecutionOutcome:
 
 
 def _crashed(exc: BaseException) -> ExecutionOutcome:
-    return _outcome(
-        ExecutionResult(
-            status=RolloutStatus.FAILURE,
-            err_message=str(exc) or "Internal server error",
-            err_category=RolloutErrorCategory.INTERNAL_ERROR,
-            extra_fields={"stage": "server", "error_type": type(exc).__name__},
-        )
-    )
+    return _outcome(internal_error(exc, stage="server"))

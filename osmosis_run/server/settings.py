@@ -1,25 +1,25 @@
 """The options of ``osmosis-run serve`` as one model, and where each value comes from.
 
-Precedence, highest first: the command line; the environment (``_OSMOSIS_ROLLOUT_PORT`` for
-the port, ``OSMOSIS_ROLLOUT_API_KEY`` for the key clients must send, as the SDK's scaffold
-reads them); the ``[serve]`` table of the config file (the same TOML as eval: its workflow,
-grader and configs are the served ones); the defaults below. The API key is never read from a
-file. ``out`` in the file is relative to the file's folder.
+Precedence, highest first, as eval's (``osmosis_run.run.settings.sources.resolve`` merges these
+layers and words a bad value as it does for eval): the command line; the environment
+(``_OSMOSIS_ROLLOUT_PORT`` for the port, ``OSMOSIS_ROLLOUT_API_KEY`` for the key clients must
+send, as the SDK's scaffold reads them); the ``[serve]`` table of the config file (the same TOML
+as eval: its workflow, grader and configs are the served ones); the defaults below. The API key
+is never read from a file. ``out`` in the file is relative to the file's folder.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from osmosis_run.errors import ConfigError
-from osmosis_run.run.settings import UNLIMITED, parse_concurrency
+from osmosis_run.run.settings import UNLIMITED, ConcurrencyLimit, Layer, read_toml, resolve
 
 __all__ = ["PORT_ENV", "API_KEY_ENV", "ServeSettings", "resolve_serve_settings"]
 
@@ -27,16 +27,6 @@ PORT_ENV = "_OSMOSIS_ROLLOUT_PORT"
 API_KEY_ENV = "OSMOSIS_ROLLOUT_API_KEY"
 DEFAULT_PORT = 8000
 _TABLE = "serve"
-_FILE_KEYS = (
-    "host",
-    "port",
-    "result_wait",
-    "lease",
-    "retention",
-    "concurrency",
-    "out",
-    "keep_alive",
-)
 # How long a connection with no request under way stays open. Idle connections hold descriptors
 # and memory, so the default is short, as uvicorn's (5 s): a trainer's own client closes its
 # idle connections after 5 s (httpx, which osmosis-ai's RolloutClient uses), so 10 s leaves the
@@ -71,7 +61,7 @@ class ServeSettings(BaseModel):
     result_wait: float = Field(30.0, gt=0)
     lease: float = Field(120.0, gt=0)
     retention: float = Field(900.0, ge=0)
-    concurrency: int | str | None = None
+    concurrency: ConcurrencyLimit = None
     out: str | None = None
     keep_alive: int = Field(KEEP_ALIVE_S, ge=1)  # whole seconds, as uvicorn takes it
 
@@ -81,18 +71,6 @@ class ServeSettings(BaseModel):
         if not math.isfinite(value):
             raise ValueError("must be a finite number of seconds")
         return value
-
-    @field_validator("concurrency", mode="before")
-    @classmethod
-    def _concurrency(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise ValueError("must be a count, or unlimited")  # noqa: TRY004  (pydantic wants it)
-        parsed = parse_concurrency(value)
-        if isinstance(parsed, int) and parsed < 1:
-            raise ValueError("must be at least 1, or unlimited")
-        return parsed
 
     @field_validator("api_key")
     @classmethod
@@ -112,13 +90,17 @@ class ServeSettings(BaseModel):
         return self.api_key.get_secret_value() if self.api_key is not None else None
 
 
-def _file_values(path: Path) -> dict[str, Any]:
-    """The ``[serve]`` table of a config file (the rest is eval's, read by its loader)."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return {}  # eval's loader reads the same file and says what is wrong with it
-    table = data.get(_TABLE, {})
+# What a [serve] table may set: every option but the API key.
+_FILE_KEYS = tuple(key for key in ServeSettings.model_fields if key != "api_key")
+
+
+def _file_layer(path: Path) -> Layer:
+    """The ``[serve]`` table of a config file (the rest is eval's, read by its loader).
+
+    Raises:
+        ConfigError: the file cannot be read, or its table has an unknown key or the API key.
+    """
+    table = read_toml(path).get(_TABLE, {})
     if not isinstance(table, dict):
         raise ConfigError(f'{path}: "{_TABLE}" must be a table')
     values: dict[str, Any] = {}
@@ -132,19 +114,16 @@ def _file_values(path: Path) -> dict[str, Any]:
         values[key] = value
     if isinstance(values.get("out"), str):
         values["out"] = os.path.normpath(path.parent / values["out"])
-    return values
+    return Layer(values, {key: f"{_TABLE}.{key} in {path}" for key in values})
 
 
-def _env_values(environ: Mapping[str, str]) -> dict[str, Any]:
+def _environment_layer(environ: Mapping[str, str]) -> Layer:
     values: dict[str, Any] = {}
-    if environ.get(PORT_ENV):
-        values["port"] = environ[PORT_ENV]
-    if environ.get(API_KEY_ENV):
-        values["api_key"] = environ[API_KEY_ENV]
-    return values
-
-
-_SOURCE_NAMES = {"port": PORT_ENV, "api_key": API_KEY_ENV}
+    where: dict[str, str] = {}
+    for key, name in (("port", PORT_ENV), ("api_key", API_KEY_ENV)):
+        if environ.get(name):
+            values[key], where[key] = environ[name], name
+    return Layer(values, where)
 
 
 def resolve_serve_settings(
@@ -158,24 +137,11 @@ def resolve_serve_settings(
     Raises:
         ConfigError: a value is invalid; the message names the option and its source.
     """
-    env = os.environ if environ is None else environ
-    layers: list[tuple[str, dict[str, Any]]] = []
-    if config_file is not None:
-        layers.append((str(config_file), _file_values(config_file)))
-    layers.append(("environment", _env_values(env)))
-    layers.append(("command line", {k: v for k, v in cli.items() if v is not None}))
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for source, values in layers:
-        merged.update(values)
-        for key in values:
-            origin[key] = _SOURCE_NAMES[key] if source == "environment" else source
-    try:
-        return ServeSettings.model_validate(merged)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        key = str(error["loc"][0]) if error["loc"] else "?"
-        shown = "[REDACTED]" if key == "api_key" else repr(error.get("input"))
-        message = str(error["msg"]).removeprefix("Value error, ")
-        where = origin.get(key, "defaults")
-        raise ConfigError(f"--{key.replace('_', '-')} ({where}): {message} (got {shown})") from None
+    return resolve(
+        ServeSettings,
+        cli,
+        config_file=config_file,
+        environ=environ,
+        file_layer=_file_layer,
+        environment_layer=_environment_layer,
+    )

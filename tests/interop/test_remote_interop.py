@@ -2,7 +2,7 @@
 
 The server is osmosis-ai's, under uvicorn, in a process of its own, running workflows written
 for osmosis_ai (``OA_FLOWS``, written into the test's folder: this file never imports
-osmosis_ai, so it type-checks anywhere); eval runs their osmosis_run twins (``remote_flows``)
+osmosis_ai, so it type-checks anywhere); eval runs their osmosis_run twins (``remote_fake``)
 in-process too, and the two runs must agree on every rollout's status and reward. Collected
 only where osmosis_ai imports (Python >= 3.12; see tests/conftest.py).
 """
@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import results, subprocess_env, write_jsonl
-from test_remote_eval import (
+from test_remote import (
     FLOWS,
     eval_process,
     free_port,
@@ -33,7 +33,7 @@ from typer.testing import Result
 
 Cli = Callable[..., Result]
 
-# The osmosis_ai twins of remote_flows.Mixed and remote_flows.Judge.
+# The osmosis_ai twins of remote_fake.Mixed and remote_fake.Judge.
 OA_FLOWS = """
 import asyncio, os
 from pathlib import Path

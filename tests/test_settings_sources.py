@@ -1,5 +1,5 @@
 """Where each option comes from (command line > environment > config file > defaults, pair by
-pair), how config files are read, how the special option forms parse, and run.toml round trips."""
+pair), how config files are read, and the one line a bad value gets, eval's and serve's alike."""
 
 from __future__ import annotations
 
@@ -9,52 +9,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import results
-from pydantic import ValidationError
+from conftest import write_jsonl
+from pydantic import BaseModel, Field, ValidationError
+from settings_cases import option_of, resolve, write_config
 from typer.testing import Result
 
 from osmosis_run.errors import ConfigError
 from osmosis_run.examples.calculator import CalculatorConfig
-from osmosis_run.run.components import load_components, selection_of
-from osmosis_run.run.dataset import sha256_file
-from osmosis_run.run.fingerprint import build_fingerprint, source_hash
+from osmosis_run.run.components import load_components
 from osmosis_run.run.settings import (
-    GROUP_OF,
-    AfterRun,
     EvalSettings,
-    Execution,
     Gate,
-    Output,
-    RunSpec,
+    Layer,
+    command_line,
     load_config_file,
-    parse_concurrency,
-    parse_error_budget,
-    parse_gate,
     resolve_settings,
-    settings_to_toml,
+    validated,
 )
 
 Cli = Callable[..., Result]
-REPO = Path(__file__).resolve().parent.parent
-CALCULATOR = REPO / "configs" / "calculator.toml"
-
-
-def write_config(folder: Path, text: str, name: str = "eval.toml") -> Path:
-    path = folder / name
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def resolve(
-    tmp_path: Path,
-    *,
-    cli: dict[str, Any] | None = None,
-    env: dict[str, str] | None = None,
-    file: str | None = None,
-) -> EvalSettings:
-    """Resolve from exactly the given sources (the real environment never leaks in)."""
-    config = write_config(tmp_path, file) if file is not None else None
-    return resolve_settings(cli or {}, config_file=config, environ=env or {})
 
 
 # --- precedence, pair by pair ------------------------------------------------------------------
@@ -71,11 +44,6 @@ SOURCES: dict[str, tuple[Any, str, str, Any, tuple[Any, Any, Any]]] = {
 
 def env_name(option: str) -> str:
     return f"OSMOSIS_RUN_{option.upper()}"
-
-
-def option_of(settings: EvalSettings, option: str) -> Any:
-    """An option by its flat name, from the group that holds it."""
-    return getattr(getattr(settings, GROUP_OF[option]), option)
 
 
 @pytest.mark.parametrize("option", SOURCES)
@@ -135,13 +103,14 @@ def test_an_invalid_value_names_the_option_and_its_source(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as caught:
         resolve(tmp_path, env={"OSMOSIS_RUN_SAMPLES": "many"})
     assert str(caught.value) == (
-        "--samples (environment): Input should be a valid integer, unable to parse string "
-        "as an integer (got 'many')"
+        "--samples (OSMOSIS_RUN_SAMPLES): Input should be a valid integer, unable to parse "
+        "string as an integer (got 'many')"
     )
     with pytest.raises(ConfigError) as caught:
         resolve(tmp_path, file="retries = -1")
     assert str(caught.value) == (
-        f"--retries ({tmp_path / 'eval.toml'}): Input should be greater than or equal to 0 (got -1)"
+        f"--retries (retries in {tmp_path / 'eval.toml'}): Input should be greater than or "
+        "equal to 0 (got -1)"
     )
 
 
@@ -416,51 +385,34 @@ def test_import_paths_set_in_the_file_replace_its_folder(tmp_path: Path) -> None
     assert resolve(tmp_path).run.import_paths == []
 
 
-# --- option forms ------------------------------------------------------------------------------
+# --- option forms from every source ------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("value", "want"),
-    [
-        ("unlimited", "unlimited"),
-        ("Unlimited", "unlimited"),
-        ("none", "unlimited"),
-        ("inf", "unlimited"),
-        ("0", "unlimited"),
-        (0, "unlimited"),
-        ("12", 12),
-        (5, 5),
-        (None, None),
-    ],
-)
-def test_concurrency_forms(value: str | int | None, want: int | str | None) -> None:
-    assert parse_concurrency(value) == want
-
-
-@pytest.mark.parametrize("value", [0, "0", "unlimited", "UNLIMITED", "inf"])
-def test_unlimited_has_one_spelling_in_the_settings(value: str | int) -> None:
-    assert EvalSettings.model_validate({"concurrency": value}).execution.concurrency == "unlimited"
-
-
-def test_unlimited_concurrency_from_a_file(tmp_path: Path) -> None:
-    assert (
-        resolve(tmp_path, file='concurrency = "unlimited"\n').execution.concurrency == "unlimited"
+def test_concurrency_that_is_not_a_number(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(tmp_path, cli={"concurrency": "lots"})
+    assert str(caught.value) == (
+        "--concurrency (command line): must be a whole number of rollouts (1 or more), or 0 or "
+        "\"unlimited\" for no limit (got 'lots')"
     )
-    assert resolve(tmp_path, file="concurrency = 0\n").execution.concurrency == "unlimited"
 
 
-@pytest.mark.parametrize(
-    ("key", "spec", "want"),
-    [
-        ("rows", "3,7,10-20", ((3, 3), (7, 7), (10, 20))),
-        ("rows", " 1 - 2 ", ((1, 2),)),
-        ("rows", "", None),
-        ("shard", "1/3", (1, 3)),
-        ("shard", "", None),
-    ],
-)
-def test_rows_and_shard_are_parsed_by_the_settings(key: str, spec: str, want: Any) -> None:
-    assert option_of(EvalSettings.model_validate({key: spec}), key) == want
+def test_negative_concurrency(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(tmp_path, cli={"concurrency": "-2"})
+    assert str(caught.value) == (
+        "--concurrency (command line): must be a whole number of rollouts (1 or more), or 0 or "
+        "\"unlimited\" for no limit (got '-2')"
+    )
+
+
+@pytest.mark.parametrize("value", ["topic", "metadata.", "meta.topic"])
+def test_group_by_must_name_a_metadata_key(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(tmp_path, cli={"group_by": value})
+    assert str(caught.value) == (
+        f'--group-by (command line): must look like "metadata.KEY" (got {value!r})'
+    )
 
 
 @pytest.mark.parametrize(
@@ -481,56 +433,6 @@ def test_a_bad_rows_or_shard_spec_fails_at_resolve_time(
     assert str(caught.value) == message
 
 
-def test_the_api_key_is_a_secret(tmp_path: Path) -> None:
-    settings = resolve(tmp_path, cli={"api_key": "sk-very-secret-1"})
-    assert settings.execution.api_key is not None
-    assert settings.execution.api_key.get_secret_value() == "sk-very-secret-1"
-    assert "sk-very-secret-1" not in repr(settings)
-    assert "sk-very-secret-1" not in str(settings.model_dump())
-    assert "sk-very-secret-1" not in settings.model_dump_json()
-    assert "sk-very-secret-1" not in settings_to_toml(settings, run_dir=tmp_path)
-
-
-def test_concurrency_that_is_not_a_number(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
-        resolve(tmp_path, cli={"concurrency": "lots"})
-    assert str(caught.value) == (
-        'concurrency "lots" is not a number; use a positive integer, or 0 or "unlimited"'
-    )
-
-
-def test_negative_concurrency(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
-        resolve(tmp_path, cli={"concurrency": "-2"})
-    assert str(caught.value) == (
-        "--concurrency (command line): Input should be greater than or equal to 0 (got -2)"
-    )
-
-
-@pytest.mark.parametrize(
-    ("spec", "gate"),
-    [
-        ("pass_rate=0.9", Gate(metric="pass_rate", threshold=0.9)),
-        ("mean=0.75", Gate(metric="mean", threshold=0.75)),
-        ("mean_graded=1", Gate(metric="mean_graded", threshold=1.0)),
-        (" pass_rate = 0.5 ", Gate(metric="pass_rate", threshold=0.5)),
-        ("0.8", Gate(metric="mean", threshold=0.8)),
-    ],
-)
-def test_fail_under_forms(spec: str, gate: Gate) -> None:
-    assert parse_gate(spec) == gate
-
-
-@pytest.mark.parametrize("spec", ["passrate=0.9", "pass_rate=high", "", "mean=nan", "mean=inf"])
-def test_malformed_fail_under(spec: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        parse_gate(spec)
-    assert str(caught.value) == (
-        f'--fail-under "{spec}": expected METRIC=VALUE with METRIC one of mean, mean_graded, '
-        "pass_rate (for example pass_rate=0.9)"
-    )
-
-
 def test_fail_under_from_each_source(tmp_path: Path) -> None:
     pass_rate, mean = Gate(metric="pass_rate", threshold=0.9), Gate(metric="mean", threshold=0.5)
     cli = resolve(tmp_path, cli={"fail_under": ["pass_rate=0.9", "0.5"]})
@@ -542,211 +444,11 @@ def test_fail_under_from_each_source(tmp_path: Path) -> None:
     assert resolve(tmp_path, file='fail_under = "0.5"\n').after.fail_under == [mean]
 
 
-@pytest.mark.parametrize(
-    ("value", "want"),
-    [
-        ("3", 3),
-        ("0", 0),
-        ("0.05", 0.05),
-        ("5%", 0.05),
-        ("100%", 1.0),
-        ("1e-2", 0.01),
-        (" 2 ", 2),
-        (3, 3),
-        (0.25, 0.25),
-    ],
-)
-def test_max_error_rate_forms(value: str | float, want: float) -> None:
-    budget = parse_error_budget(value)
-    assert budget == pytest.approx(want)
-    assert type(budget) is type(want)
-
-
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        (
-            "lots",
-            '--max-error-rate "lots": expected a count (3), a fraction (0.05) or a percentage',
-        ),
-        ("-1", '--max-error-rate "-1": a count must be 0 or more'),
-        (
-            "1.5",
-            '--max-error-rate "1.5": a fraction must be between 0 and 1 (or 0% and 100%); '
-            "for a count of rollouts, write a whole number",
-        ),
-        (
-            "150%",
-            '--max-error-rate "150%": a fraction must be between 0 and 1 (or 0% and 100%); '
-            "for a count of rollouts, write a whole number",
-        ),
-        (
-            "nan",
-            '--max-error-rate "nan": a fraction must be between 0 and 1 (or 0% and 100%); '
-            "for a count of rollouts, write a whole number",
-        ),
-    ],
-)
-def test_malformed_max_error_rate(value: str, message: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        parse_error_budget(value)
-    assert str(caught.value) == message
-
-
-@pytest.mark.parametrize("value", ["metadata.topic", "metadata.a.b"])
-def test_group_by_takes_a_metadata_key(value: str) -> None:
-    assert EvalSettings(group_by=value).after.group_by == value
-
-
-@pytest.mark.parametrize("value", ["topic", "metadata.", "meta.topic"])
-def test_group_by_must_name_a_metadata_key(tmp_path: Path, value: str) -> None:
-    with pytest.raises(ConfigError) as caught:
-        resolve(tmp_path, cli={"group_by": value})
-    assert str(caught.value) == (
-        f'--group-by (command line): Value error, must look like "metadata.KEY" (got {value!r})'
+def test_unlimited_concurrency_from_a_file(tmp_path: Path) -> None:
+    assert (
+        resolve(tmp_path, file='concurrency = "unlimited"\n').execution.concurrency == "unlimited"
     )
-
-
-# --- run.toml ----------------------------------------------------------------------------------
-
-
-def absolute(settings: EvalSettings) -> EvalSettings:
-    """The settings with every path made absolute, as run.toml writes them."""
-    paths = {
-        key: os.path.abspath(value)
-        for key in ("dataset", "out", "runs_dir", "html", "junit", "baseline")
-        if isinstance(value := option_of(settings, key), str) and value != "-"
-    }
-    folders = [os.path.abspath(folder) for folder in settings.run.import_paths]
-    return settings.model_copy(update={**paths, "import_paths": folders})
-
-
-def test_settings_to_toml_round_trips_every_saved_option(tmp_path: Path) -> None:
-    settings = EvalSettings(
-        dataset=str(tmp_path / "d.jsonl"),
-        workflow="m:W",
-        grader="m:G",
-        workflow_config="m:wc",
-        workflow_config_overrides={"temperature": 0.5, "concurrency": {"max_concurrent": 2}},
-        grader_config_overrides={"name": "g"},
-        import_paths=[str(tmp_path)],
-        out=str(tmp_path / "run"),
-        samples=4,
-        limit=10,
-        offset=2,
-        rows="1-40",
-        ids=["a", "b"],
-        shuffle=True,
-        seed=7,
-        shard="1/3",
-        concurrency=0,
-        agent_timeout=3.5,
-        grader_timeout=1.0,
-        retries=2,
-        chat_completions_url="http://model/v1",
-        api_key="sk-secret",
-        pass_threshold=0.5,
-        fail_under=[Gate(metric="pass_rate", threshold=0.3), Gate(metric="mean", threshold=0.1)],
-        max_error_rate=0.05,
-        no_messages=True,
-        group_by="metadata.topic",
-        fresh=True,
-        retry_failed=True,
-        jsonl=True,
-        dry_run=True,
-    )
-    text = settings_to_toml(settings, run_dir=tmp_path / "run")
-    assert "sk-secret" not in text
-    path = write_config(tmp_path, text, name="run.toml")
-    again = resolve_settings({}, config_file=path, environ={})
-    per_invocation = {
-        "api_key": None,
-        "fresh": False,
-        "retry_failed": False,
-        "jsonl": False,
-        "dry_run": False,
-    }
-    assert again == absolute(settings).model_copy(update=per_invocation)
-
-
-def test_a_count_budget_stays_a_count(tmp_path: Path) -> None:
-    text = settings_to_toml(EvalSettings(max_error_rate=3), run_dir=tmp_path)
-    again = resolve_settings({}, config_file=write_config(tmp_path, text), environ={})
-    assert again.after.max_error_rate == 3
-    assert type(again.after.max_error_rate) is int
-
-
-def test_a_real_run_toml_gives_the_same_settings_and_resumes(cli: Cli, tmp_path: Path) -> None:
-    """`eval --config configs/calculator.toml --out run`, then `eval --config run/run.toml`."""
-    first = cli("eval", "--config", str(CALCULATOR), "--out", "run")
-    assert first.exit_code == 0, first.stderr
-    run_toml = tmp_path / "run" / "run.toml"
-    before = (tmp_path / "run" / "results.jsonl").read_bytes()
-    original = resolve_settings({"out": "run"}, config_file=CALCULATOR, environ={})
-    assert resolve_settings({}, config_file=run_toml, environ={}) == absolute(original)
-
-    again = cli("eval", "--config", str(run_toml))
-    assert again.exit_code == 0, again.stderr
-    assert again.stderr.startswith(
-        "osmosis-run: 300 rollouts, 300 already done (6 of them failed and are kept as they "
-        f"are; --retry-failed runs them again) -> {run_toml.parent}\n"
-    )
-    assert (tmp_path / "run" / "results.jsonl").read_bytes() == before
-    assert len(results(tmp_path / "run")) == 300
-
-
-# --- the groups ----------------------------------------------------------------------------
-
-# Every option's flat name, as users write it (CLI option, OSMOSIS_RUN_* variable, config key).
-FLAT_NAMES = {
-    "run": [
-        "dataset", "workflow", "grader", "workflow_config", "grader_config",
-        "workflow_config_overrides", "grader_config_overrides", "import_paths", "samples",
-        "limit", "offset", "rows", "ids", "shuffle", "seed", "shard",
-        "entrypoint", "experiment", "advanced", "env", "secrets",
-    ],
-    "execution": [
-        "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
-        "api_key", "server", "server_api_key", "secrets_file",
-        "backend", "ray_address", "ray_actors", "ray_actor_cpus", "ray_batch", "ray_shared_fs",
-        "ray_ready_timeout",
-    ],
-    "output": ["out", "runs_dir", "fresh", "retry_failed", "jsonl", "no_messages"],
-    "after": [
-        "pass_threshold", "fail_under", "max_error_rate", "group_by", "html", "junit",
-        "baseline", "fail_on_regression", "dry_run",
-    ],
-    "gateway": [
-        "no_gateway", "model", "workspace_model", "token_price", "no_record_calls", "model_retries",
-        "max_model_connections", "rpm", "tpm", "model_cache", "model_cache_mode", "no_preflight",
-    ],
-}  # fmt: skip
-
-
-def test_every_flat_name_has_one_group() -> None:
-    assert {name: group for group, names in FLAT_NAMES.items() for name in names} == GROUP_OF
-
-
-def test_flat_keys_are_put_into_their_groups() -> None:
-    flat = EvalSettings.model_validate(
-        {"dataset": "d.jsonl", "shard": "0/2", "concurrency": 3, "out": "o", "html": "r.html"}
-    )
-    grouped = EvalSettings(
-        run=RunSpec(dataset="d.jsonl", shard=(0, 2)),
-        execution=Execution(concurrency=3),
-        output=Output(out="o"),
-        after=AfterRun(html="r.html"),
-    )
-    assert flat == grouped
-    assert (flat.run.shard, flat.execution.concurrency, flat.output.out) == ((0, 2), 3, "o")
-    assert EvalSettings(samples=2, run=RunSpec(seed=7)).run == RunSpec(samples=2, seed=7)
-
-
-def test_model_copy_takes_flat_keys() -> None:
-    settings = EvalSettings(samples=2, fresh=False)
-    copied = settings.model_copy(update={"fresh": True, "samples": 3})
-    assert (copied.output.fresh, copied.run.samples) == (True, 3)
-    assert (settings.output.fresh, settings.run.samples) == (False, 2)
+    assert resolve(tmp_path, file="concurrency = 0\n").execution.concurrency == "unlimited"
 
 
 def test_an_unknown_key_is_refused_by_its_flat_name(tmp_path: Path) -> None:
@@ -759,55 +461,104 @@ def test_an_unknown_key_is_refused_by_its_flat_name(tmp_path: Path) -> None:
         EvalSettings.model_validate({"sample": 2})
 
 
-def test_the_fingerprint_keeps_its_json(tmp_path: Path) -> None:
-    """Run directories made before the settings were grouped must still resume."""
-    data = tmp_path / "d.jsonl"
-    data.write_text('{"prompt": "p"}\n', encoding="utf-8")
-    settings = EvalSettings.model_validate(
-        {
-            "dataset": str(data),
-            "workflow": "eval_flows:Echo",
-            "grader": "eval_flows:ExactMatch",
-            "workflow_config": "eval_flows:two_at_once",
-            "samples": 2,
-            "rows": "0-3",
-            "seed": 5,
-            "concurrency": 9,
-            "html": "r.html",
-        }
-    )
-    components = load_components(settings)
-    fingerprint = build_fingerprint(
-        settings, selection_of(settings), components.workflow, components.grader
-    )
-    assert fingerprint == {
-        "dataset": sha256_file(str(data)),
-        "workflow": "eval_flows:Echo",
-        "workflow_source": source_hash(components.workflow),
-        "grader": "eval_flows:ExactMatch",
-        "grader_source": source_hash(components.grader),
-        "workflow_config": ["eval_flows:two_at_once", {}],
-        "grader_config": [None, {}],
-        "samples": 2,
-        "selection": {
-            "offset": 0,
-            "limit": None,
-            "rows": [[0, 3]],
-            "ids": None,
-            "shard": None,
-            "shuffle": False,
-            "seed": 5,
-        },
-    }
-    assert list(fingerprint) == [
-        "dataset", "workflow", "workflow_source", "grader", "grader_source",
-        "workflow_config", "grader_config", "samples", "selection",
-    ]  # fmt: skip
+# --- the one message -----------------------------------------------------------------------------
 
 
-def test_the_gateway_model_is_model_else_the_workspaces_and_none_without_a_gateway() -> None:
-    endpoint = {"chat_completions_url": "http://127.0.0.1:9/v1"}
-    assert EvalSettings(workspace_model="w").gateway_model() is None  # no endpoint: recorded
-    assert EvalSettings(**endpoint, workspace_model="w").gateway_model() == "w"
-    assert EvalSettings(**endpoint, model="m", workspace_model="w").gateway_model() == "m"
-    assert EvalSettings(**endpoint, workspace_model="w", no_gateway=True).gateway_model() is None
+@pytest.mark.parametrize(
+    ("file", "env", "where", "got"),
+    [
+        ("[evaluation]\nn = 0\n", {}, "evaluation.n in {config}", "0"),
+        ("samples = 0\n", {}, "samples in {config}", "0"),
+        ("", {"OSMOSIS_RUN_SAMPLES": "0"}, "OSMOSIS_RUN_SAMPLES", "'0'"),
+    ],
+)
+def test_a_bad_value_names_where_it_was_written(
+    tmp_path: Path, file: str, env: dict[str, str], where: str, got: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(tmp_path, env=env, file=file)
+    assert str(caught.value) == (
+        f"--samples ({where.format(config=tmp_path / 'eval.toml')}): Input should be greater "
+        f"than or equal to 1 (got {got})"
+    )
+
+
+def test_the_endpoint_variables_are_named_as_written(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve(tmp_path, env={"OSMOSIS_RUN_SERVER": "localhost:1"})
+    assert str(caught.value) == (
+        "--server (OSMOSIS_RUN_SERVER): must be an http:// or https:// URL, such as "
+        "http://127.0.0.1:8000 (got 'localhost:1')"
+    )
+
+
+class _Keyed(BaseModel):
+    port: int = Field(8000, le=65535)
+    key: str | None = Field(None, repr=False, min_length=8)
+
+
+def test_validated_merges_later_layers_over_earlier_ones_and_never_shows_a_secret() -> None:
+    layers = [Layer({"port": 1, "key": "k" * 8}, {"port": "a.toml"}), command_line({"port": 2})]
+    assert validated(_Keyed, layers) == _Keyed(port=2, key="k" * 8)
+    with pytest.raises(ConfigError) as caught:
+        validated(_Keyed, [Layer({"key": "short"}, {"key": "KEY_VAR"})])
+    assert str(caught.value) == (
+        "--key (KEY_VAR): String should have at least 8 characters (got [REDACTED])"
+    )
+    with pytest.raises(ConfigError) as caught:
+        validated(_Keyed, [command_line({"port": 70000, "key": None})])
+    assert str(caught.value) == (
+        "--port (command line): Input should be less than or equal to 65535 (got 70000)"
+    )
+
+
+MUST = 'must be a whole number of rollouts (1 or more), or 0 or "unlimited" for no limit'
+
+
+@pytest.mark.parametrize(
+    ("eval_args", "serve_args", "config", "where"),
+    [
+        (["--concurrency", "-3"], ["--concurrency", "-3"], None, "command line"),
+        (["--config", "bad.toml"], ["--config", "bad.toml"], "concurrency = -3\n", "concurrency in bad.toml"),
+    ],
+)  # fmt: skip
+def test_eval_and_serve_word_a_bad_value_alike(
+    cli: Cli,
+    tmp_path: Path,
+    eval_args: list[str],
+    serve_args: list[str],
+    config: str | None,
+    where: str,
+) -> None:
+    """The same bad concurrency, to `osmosis-run eval` and to `osmosis-run serve`: one line."""
+    if config is not None:
+        (tmp_path / "bad.toml").write_text(config)
+    write_jsonl(tmp_path / "d.jsonl", [{"prompt": "a"}])
+    ran = cli("eval", "d.jsonl", "-w", "eval_flows:Echo", *eval_args)
+    served = cli("serve", "-w", "server_flows:Upper", "--out", "r", *serve_args)
+    got = "'-3'" if where == "command line" else "-3"
+    line = f"error: --concurrency ({where}): {MUST} (got {got})\n"
+    assert (ran.exit_code, ran.stderr) == (2, line)
+    assert (served.exit_code, served.stderr) == (2, line)
+    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "r").exists()
+
+
+def test_serves_own_table_is_named_as_written(cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text(
+        'workflow = "server_flows:Upper"\n[serve]\nconcurrency = -3\nport = "http"\n'
+    )
+    served = cli("serve", "--config", "bad.toml", "--out", "r")
+    assert served.exit_code == 2
+    assert served.stderr == (
+        "error: --port (serve.port in bad.toml): Input should be a valid integer, unable to "
+        "parse string as an integer (got 'http')\n"
+    )
+    (tmp_path / "bad.toml").write_text(
+        'workflow = "server_flows:Upper"\n[serve]\nconcurrency = -3\n'
+    )
+    served = cli("serve", "--config", "bad.toml", "--out", "r")
+    assert (served.exit_code, served.stderr) == (
+        2,
+        f"error: --concurrency (serve.concurrency in bad.toml): {MUST} (got -3)\n",
+    )

@@ -1,14 +1,20 @@
-"""``osmosis-run serve``'s HTTP/1.1 protocol (server/http1.py) under a real uvicorn on loopback.
+"""The HTTP/1.1 listener (http/listener.py): serve's ``UvicornProtocol`` under a real uvicorn on
+loopback, and the gateway's ``Listener`` with a handler.
 
 Every protocol test of test_server_protocol.py runs here again on it (imported below), then
 HTTP itself over raw sockets: framing, pipelining, chunked bodies, 100-continue, keep-alive,
-the requests it refuses, and what an app can answer.
+the requests it refuses, what an app can answer, and the memory a connection that pipelines
+and never reads may hold. The gateway's own limits and refusals are in test_gateway_hostile.py;
+both fronts against h11 and httptools in test_http_differential.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +26,8 @@ from serving import Served, serve_app
 from test_server_protocol import *  # noqa: F403  (the protocol tests, again on this protocol)
 
 from osmosis_run import LocalBackend
+from osmosis_run.http.listener import Limits, Listener, Request, Response, UvicornProtocol
 from osmosis_run.server import create_rollout_server
-from osmosis_run.server.http1 import HttpProtocol, Limits
 
 ADMIT = json.dumps(
     {
@@ -34,7 +40,7 @@ ADMIT = json.dumps(
 
 @pytest.fixture(autouse=True)
 def _lean_http(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serving_module, "HTTP", HttpProtocol)
+    monkeypatch.setattr(serving_module, "HTTP", UvicornProtocol)
 
 
 @pytest.fixture
@@ -254,7 +260,7 @@ def test_what_cannot_be_parsed_is_a_4xx_with_its_reason_and_a_closed_connection(
 def test_a_body_is_bounded_by_the_limit_from_its_length_or_its_chunks(tmp_path: Path) -> None:
     backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
     app = create_rollout_server(backend=backend, configure_logging=False, out=tmp_path / "run")
-    with serve_app(app, http=HttpProtocol.limited(Limits(max_body=len(ADMIT)))) as served:
+    with serve_app(app, http=UvicornProtocol.limited(Limits(max_body=len(ADMIT)))) as served:
         with _connect(served) as sock:  # at the limit: taken
             sock.sendall(
                 b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
@@ -304,16 +310,22 @@ def test_an_idle_connection_is_closed_after_the_keep_alive(tmp_path: Path) -> No
 def _limited(tmp_path: Path, limits: Limits, **options: Any) -> Any:
     backend = LocalBackend(workflow="server_flows:Upper", grader="server_flows:Exact")
     app = create_rollout_server(backend=backend, configure_logging=False, out=tmp_path / "run")
-    return serve_app(app, http=HttpProtocol.limited(limits), **options)
+    return serve_app(app, http=UvicornProtocol.limited(limits), **options)
 
 
 def test_a_request_that_does_not_arrive_in_time_is_a_408(tmp_path: Path) -> None:
-    with _limited(tmp_path, Limits(request_timeout_s=0.5), timeout_keep_alive=60) as served:
-        reason = {"detail": "the request (head and body) did not arrive within 0.5 s"}
-        for partial in (
-            b"GET /health HTTP/1.1\r\nHost: x\r\n",  # a head that stops
-            b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
-            % (len(ADMIT), ADMIT[:10]),  # a body that stops
+    limits = Limits(head_timeout_s=0.5, body_timeout_s=0.5)
+    with _limited(tmp_path, limits, timeout_keep_alive=60) as served:
+        for partial, reason in (
+            (  # a head that stops
+                b"GET /health HTTP/1.1\r\nHost: x\r\n",
+                {"detail": "the request head did not arrive within 0.5 s"},
+            ),
+            (  # a body that stops
+                b"POST /rollout HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(ADMIT), ADMIT[:10]),
+                {"detail": "the request body did not arrive within 0.5 s of its head"},
+            ),
         ):
             with _connect(served) as sock:
                 sock.sendall(partial)
@@ -478,3 +490,144 @@ def test_a_request_answered_before_its_body_keeps_the_connection(tmp_path: Path)
             [(status, _, _)] = _responses(sock, 1)
             assert status == b"HTTP/1.1 401 Unauthorized"
             assert _closed(sock)
+
+
+# Memory under pipelining: a client that pipelines and never reads holds a bounded amount. ----
+
+PIPELINED = 5_000_000  # bytes of pipelined GETs; uvicorn's httptools protocol grows 300 MB on it
+HELD = 1 << 20  # what one connection may hold server-side meanwhile (it holds ~200 KiB)
+
+
+def _pipeline_unread(port: int, path: bytes) -> socket.socket:
+    """Pipeline ``PIPELINED`` bytes of GETs of ``path`` on one connection, reading nothing,
+    until the server stops taking them (or all are sent)."""
+    request = b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    blob = request * (PIPELINED // len(request))
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.settimeout(1.0)
+    sent = 0
+    try:
+        while sent < len(blob):
+            sent += sock.send(blob[sent : sent + 65536])
+    except TimeoutError:
+        pass  # the server stopped reading: what it holds is what it would ever hold
+    return sock
+
+
+def _held(connection: Any) -> int:
+    """Bytes a connection holds: unparsed input, the app's pending body, unsent output."""
+    cycles = [c for c in (connection.cycle, connection.reading_body) if c is not None]
+    transport = connection.transport
+    unsent = transport.get_write_buffer_size() if transport is not None else 0
+    return len(connection.buffer) + sum(len(c.body) for c in cycles) + unsent
+
+
+def _wait_paused(connections: set[Any]) -> Any:
+    deadline = time.monotonic() + 30
+    while not any(getattr(c, "read_paused", False) for c in connections):
+        assert time.monotonic() < deadline, "the server never paused reading"
+        time.sleep(0.05)
+    [connection] = connections
+    return connection
+
+
+def test_pipelined_requests_never_read_hold_bounded_memory(server: Served) -> None:
+    port = int(server.url.rsplit(":", 1)[1])
+    with _pipeline_unread(port, b"/health"):
+        connection = _wait_paused(server.server.server_state.connections)
+        assert _held(connection) < HELD
+
+
+@contextlib.contextmanager
+def _listening(handler: Any, **options: Any) -> Iterator[Any]:
+    """A ``Listener`` serving ``handler`` on a loop of its own thread."""
+    loop = asyncio.new_event_loop()
+    listener = Listener(handler, **options)
+    loop.run_until_complete(listener.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield listener
+    finally:
+        asyncio.run_coroutine_threadsafe(listener.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+async def _ok(_request: Request, response: Response) -> None:
+    await response.send(200, [("content-type", "text/plain")], b"ok")
+
+
+def test_the_handler_listener_holds_bounded_memory_under_pipelining() -> None:
+    with _listening(_ok) as listener, _pipeline_unread(listener.port, b"/"):
+        connection = _wait_paused(listener.state.connections)
+        assert _held(connection) < HELD
+
+
+def _ask(port: int, *requests: bytes) -> tuple[list[tuple[bytes, dict[bytes, bytes], bytes]], bool]:
+    """Send ``requests`` on one connection, one at a time: their answers, and whether the
+    server then closed it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        answers = []
+        for request in requests:
+            sock.sendall(request)
+            answers += _responses(sock, 1)
+        return answers, _closed(sock)
+
+
+def test_a_handler_gets_the_whole_request_and_may_stream_its_answer() -> None:
+    seen: list[Request] = []
+
+    async def stream(request: Request, response: Response) -> None:
+        seen.append(request)
+        await response.start(200, [("content-type", "text/event-stream")])
+        for part in (b"one ", b"two"):
+            await response.write(part)
+        await response.end()
+
+    with _listening(stream) as listener:
+        chunked = b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+        [(status, headers, body), again], closed = _ask(
+            listener.port,
+            b"POST /v1/x?q=1 HTTP/1.1\r\nHost: h\r\nX-Note: caf\xc3\xa9\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + chunked,
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",  # on the same one
+        )
+    assert (status, headers[b"transfer-encoding"], body) == (
+        b"HTTP/1.1 200 OK",
+        b"chunked",
+        b"one two",
+    )
+    assert (again[0], again[2], closed) == (b"HTTP/1.1 200 OK", b"one two", True)
+    assert seen[0] == Request(
+        "POST",
+        "/v1/x?q=1",
+        {"host": "h", "x-note": "caf\xc3\xa9", "transfer-encoding": "chunked"},
+        b"abcde",
+    )
+
+
+def test_a_handler_that_fails_is_a_500_in_the_listeners_error_shape() -> None:
+    async def broken(_request: Request, _response: Response) -> None:
+        raise RuntimeError("a bug")
+
+    def shape(reason: str, code: str) -> bytes:
+        return json.dumps({"error": {"message": reason, "code": code}}).encode()
+
+    with _listening(broken, error_body=shape, error_headers=((b"x-kind", b"test"),)) as listener:
+        [(status, headers, body)], closed = _ask(
+            listener.port, b"GET / HTTP/1.1\r\nHost: h\r\n\r\n"
+        )
+    assert (status, headers[b"x-kind"], closed) == (
+        b"HTTP/1.1 500 Internal Server Error",
+        b"test",
+        True,
+    )
+    assert json.loads(body) == {
+        "error": {
+            "message": "the server failed on this request (a bug; see the log)",
+            "code": "internal_error",
+        }
+    }

@@ -1,37 +1,23 @@
-"""The options of ``osmosis-run eval`` as one model, and where each value comes from.
+"""The options of ``osmosis-run eval`` as one model: ``EvalSettings`` and its groups.
 
 ``EvalSettings`` groups the options by what they are about: ``run`` (what the run is, the
 inputs of its fingerprint), ``execution`` (how its rollouts execute), ``output`` (where it
-writes and how it resumes) and ``after`` (how it is judged and reported). Users never see the
-groups: every option keeps its flat name on the command line, in ``OSMOSIS_RUN_*`` variables,
-in config files and ``run.toml``, and in ``EvalSettings.model_validate({"samples": 2})``.
-
-Precedence, highest first (tested pair by pair):
-
-    1. the command line
-    2. the environment: ``OSMOSIS_RUN_<OPTION>`` (e.g. ``OSMOSIS_RUN_CONCURRENCY=8``), plus
-       ``OSMOSIS_CHAT_COMPLETIONS_URL`` and ``OSMOSIS_API_KEY`` for the model endpoint
-    3. the config file (``--config FILE.toml``), including an Osmosis ``[evaluation]`` table
-    4. the defaults below
-
-Paths in a config file are relative to the file's folder, and that folder is importable for the
-file's ``module:attr`` paths: it becomes ``import_paths`` unless the file sets ``import_paths``
-itself (``run.toml`` does, so a saved run imports what the original run imported).
-
-An Osmosis workspace eval config (``configs/eval/NAME.toml``) works as a config file: its
-``[experiment]``, ``[env]``, ``[secrets]`` and ``[advanced]`` are read by ``workspace_config``
-(the entrypoint located, names checked) and applied when the run is prepared (``workspace``).
+writes and how it resumes), ``after`` (how it is judged and reported) and ``gateway`` (the model
+gateway). Users never see the groups: every option keeps its flat name on the command line, in
+``OSMOSIS_RUN_*`` variables, in config files and ``run.toml``, and in
+``EvalSettings.model_validate({"samples": 2})``.
 
 Every option form is parsed as the model is validated (from any source, and in
-``EvalSettings.model_validate``), so a bad value is a ``ConfigError`` before anything loads:
-``rows`` ("3,7,10-20") becomes inclusive ranges, ``shard`` ("I/N") a pair, ``fail_under`` gates,
-``max_error_rate`` a count or a fraction, ``ids`` and ``import_paths`` lists. ``concurrency`` is
-a positive integer, ``"unlimited"`` (the one spelling of no limit: ``0``, ``"unlimited"``,
-``"none"`` and ``"inf"`` all become it) or None (not given: the workflow config's limit, else
-the default). The API key is a ``SecretStr``: never in a repr, a dump or ``run.toml``; the
-engine reads it with ``get_secret_value()``. ``server`` (``--server URL``) has a rollout server
-run every rollout; its key ``server_api_key`` (``--server-api-key``,
-``OSMOSIS_RUN_SERVER_API_KEY``) is a secret too, and like the API key never read from a file.
+``EvalSettings.model_validate``), so a bad value is refused before anything loads: ``rows``
+("3,7,10-20") becomes inclusive ranges, ``shard`` ("I/N") a pair, ``fail_under`` gates,
+``max_error_rate`` a count or a fraction, ``ids`` and ``import_paths`` lists. ``concurrency``
+(``ConcurrencyLimit``, serve's too) is a positive integer, ``"unlimited"`` (the one spelling of
+no limit: ``0``, ``"unlimited"``, ``"none"`` and ``"inf"`` all become it) or None (not given:
+the workflow config's limit, else the default). The API key is a ``SecretStr``: never in a
+repr, a dump or ``run.toml``; the engine reads it with ``get_secret_value()``. ``server``
+(``--server URL``) has a rollout server run every rollout (``Execution.remote``); its key
+``server_api_key`` is a secret too. The ``ray_*`` options are the Ray backend's own
+(``osmosis_run.backends.ray`` reads them from ``Execution``).
 """
 
 from __future__ import annotations
@@ -39,18 +25,17 @@ from __future__ import annotations
 import math
 import os
 import sys
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-import tomli_w
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_serializer,
     field_validator,
     model_validator,
@@ -60,34 +45,52 @@ from pydantic_core import PydanticCustomError
 from osmosis_run.errors import ConfigError
 from osmosis_run.results.gates import Gate
 from osmosis_run.run.selection import parse_rows_spec, parse_shard
-from osmosis_run.run.workspace_config import locate_experiment, read_section
 
 __all__ = [
-    "ENV_PREFIX",
+    "GROUPS",
     "GROUP_OF",
     "UNLIMITED",
     "AfterRun",
     "Concurrency",
+    "ConcurrencyLimit",
     "EvalSettings",
     "Execution",
+    "Gate",
     "GatewayOptions",
     "Output",
     "RunSpec",
-    "Gate",
-    "load_config_file",
     "parse_concurrency",
     "parse_error_budget",
     "parse_gate",
-    "resolve_settings",
-    "settings_to_toml",
 ]
 
-ENV_PREFIX = "OSMOSIS_RUN_"
 UNLIMITED: Literal["unlimited"] = "unlimited"
 # Rollouts in flight: a positive count, UNLIMITED, or None (not given).
 Concurrency = int | Literal["unlimited"] | None
-# 0 never gets this far (it becomes UNLIMITED): a count below 0 is what the bound refuses.
-_Count = Annotated[int, Field(ge=0)]
+_CONCURRENCY_FORMS = (
+    'must be a whole number of rollouts (1 or more), or 0 or "unlimited" for no limit'
+)
+
+
+def _concurrency_limit(value: Any) -> Any:
+    """A count, ``UNLIMITED`` (0 and the words of no limit), or None; anything else refused."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # TOML's `concurrency = 0.0`
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(_CONCURRENCY_FORMS)  # noqa: TRY004  (pydantic wants a ValueError)
+    try:
+        limit = parse_concurrency(value)
+    except ConfigError:
+        raise ValueError(_CONCURRENCY_FORMS) from None
+    if isinstance(limit, int) and limit < 0:
+        raise ValueError(_CONCURRENCY_FORMS)
+    return limit
+
+
+# The concurrency option of eval and serve, from any source: one parse, one message.
+ConcurrencyLimit = Annotated[int | Literal["unlimited"] | None, BeforeValidator(_concurrency_limit)]
 
 
 class _Group(BaseModel):
@@ -130,18 +133,13 @@ class RunSpec(_Group):
             raise ValueError(f"must be at most {sys.maxsize}")
         return value
 
-    @field_validator("rows", mode="before")
+    @field_validator("rows", "shard", mode="before")
     @classmethod
-    def _rows_spec(cls, value: Any) -> Any:
+    def _selection_spec(cls, value: Any, info: ValidationInfo) -> Any:
+        """``--rows "3,7,10-20"`` and ``--shard I/N`` as written (blank: not given)."""
         if isinstance(value, str):
-            return parse_rows_spec(value) if value.strip() else None
-        return value
-
-    @field_validator("shard", mode="before")
-    @classmethod
-    def _shard_spec(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return parse_shard(value) if value.strip() else None
+            parse = parse_rows_spec if info.field_name == "rows" else parse_shard
+            return parse(value) if value.strip() else None
         return value
 
     @field_validator("import_paths", mode="before")
@@ -174,7 +172,7 @@ class RunSpec(_Group):
 class Execution(_Group):
     """How the rollouts execute: how many at once, their deadlines and retries, the endpoint."""
 
-    concurrency: _Count | Literal["unlimited"] | None = None
+    concurrency: ConcurrencyLimit = None
     agent_timeout: float | None = Field(None, gt=0)
     grader_timeout: float | None = Field(None, gt=0)
     retries: int = Field(0, ge=0)
@@ -192,6 +190,12 @@ class Execution(_Group):
     server: str | None = None
     server_api_key: SecretStr | None = Field(None, repr=False, exclude=True)
     secrets_file: str | None = None  # a dotenv file with the [secrets] values (--secrets-file)
+
+    @property
+    def remote(self) -> bool:
+        """Whether a rollout server runs the rollouts (``--server``): its own workflow and
+        grader, so none is loaded, checked or fingerprinted here."""
+        return self.server is not None
 
     def api_key_value(self) -> str | None:
         """The API key itself, for the one place that sends it (None when not given)."""
@@ -227,15 +231,6 @@ class Execution(_Group):
             raise PydanticCustomError(
                 "ray_batch", "Input should be a whole number of rollouts (1 or more) or 'auto'"
             )
-        return value
-
-    @field_validator("concurrency", mode="before")
-    @classmethod
-    def _one_unlimited(cls, value: Any) -> Any:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # TOML's `concurrency = 0.0`
-        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-            value = parse_concurrency(value)
         return value
 
 
@@ -337,7 +332,7 @@ class GatewayOptions(_Group):
         return None if price is None else f"{price[0]:g},{price[1]:g}"
 
 
-_GROUPS: dict[str, type[_Group]] = {
+GROUPS: dict[str, type[_Group]] = {
     "run": RunSpec,
     "execution": Execution,
     "output": Output,
@@ -345,7 +340,7 @@ _GROUPS: dict[str, type[_Group]] = {
     "gateway": GatewayOptions,
 }
 # Every option's flat name (CLI, OSMOSIS_RUN_*, config-file key) -> the group that holds it.
-GROUP_OF = {key: group for group, model in _GROUPS.items() for key in model.model_fields}
+GROUP_OF = {key: group for group, model in GROUPS.items() for key in model.model_fields}
 
 
 class EvalSettings(BaseModel):
@@ -408,7 +403,7 @@ class EvalSettings(BaseModel):
         """As ``BaseModel.model_copy``, with flat keys in ``update`` (``{"fresh": True}``)."""
         if update:
             grouped = {k: v for k, v in update.items() if k not in GROUP_OF}
-            for group in _GROUPS:
+            for group in GROUPS:
                 flat = {k: v for k, v in update.items() if GROUP_OF.get(k) == group}
                 if flat:
                     base = grouped.get(group, getattr(self, group))
@@ -418,35 +413,7 @@ class EvalSettings(BaseModel):
 
     def flat(self) -> dict[str, Any]:
         """Every option by its flat name, as ``model_dump`` gives it (never the API key)."""
-        return {k: v for group in _GROUPS for k, v in getattr(self, group).model_dump().items()}
-
-
-# Config-file and environment keys that differ from field names, or take special parsing.
-_EVALUATION_KEYS = {
-    "n": "samples",
-    "limit": "limit",
-    "batch_size": "concurrency",
-    "pass_threshold": "pass_threshold",
-    "agent_workflow_timeout_s": "agent_timeout",
-    "grader_timeout_s": "grader_timeout",
-}
-_TABLES = {
-    "workflow_config": "workflow_config_overrides",
-    "grader_config": "grader_config_overrides",
-}
-_PATH_KEYS = (
-    "dataset",
-    "out",
-    "runs_dir",
-    "html",
-    "junit",
-    "baseline",
-    "model_cache",
-    "entrypoint",
-)
-_NOT_FROM_FILE = ("api_key", "server_api_key", *_TABLES.values())
-# An Osmosis workspace eval config's sections besides [evaluation] (osmosis_run.run.workspace).
-_WORKSPACE_SECTIONS = ("experiment", "env", "secrets", "advanced")
+        return {k: v for group in GROUPS for k, v in getattr(self, group).model_dump().items()}
 
 
 def parse_concurrency(value: str | int | None) -> Concurrency:
@@ -525,192 +492,3 @@ def _parse_budget(text: str, value: object) -> float | int:
         raise ConfigError(
             f'--max-error-rate "{value}": expected a count (3), a fraction (0.05) or a percentage'
         ) from None
-
-
-def load_config_file(path: Path) -> dict[str, Any]:
-    """Read a config file into settings keys, paths made absolute.
-
-    Raises:
-        ConfigError: the file is missing, not UTF-8 text, not TOML, or has an unknown key.
-    """
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line}); save it as UTF-8"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    values: dict[str, Any] = {}
-    _refuse_unknown_sections(path, data)
-    for key, value in data.items():
-        if key in _WORKSPACE_SECTIONS:
-            values.update(read_section(path, key, value))
-        else:
-            _take_file_key(values, path, key, value)
-    if "experiment" in data and "entrypoint" not in data:  # run.toml has it located already
-        _take_experiment(values, path)
-    base = path.parent
-    for key in _PATH_KEYS:
-        if isinstance(values.get(key), str) and values[key] != "-":
-            values[key] = os.path.normpath(base / values[key])
-    folders = values.get("import_paths", ["."])
-    if isinstance(folders, list):
-        values["import_paths"] = [
-            os.path.abspath(base / f) if isinstance(f, str) else f for f in folders
-        ]
-    return values
-
-
-def _take_experiment(values: dict[str, Any], path: Path) -> None:
-    """Locate an Osmosis [experiment]'s entrypoint; its folder is importable, first."""
-    rollout_dir, entrypoint = locate_experiment(path, values["experiment"])
-    values["entrypoint"] = str(entrypoint)
-    # The rollout's folder first: `main:MyWorkflow`, and the packages beside it, import.
-    values["import_paths"] = [str(rollout_dir), *values.get("import_paths", ["."])]
-    if "model_path" in values["experiment"]:  # the gateway's model, when there is a gateway
-        values.setdefault("workspace_model", values["experiment"]["model_path"])
-
-
-def _refuse_unknown_sections(path: Path, data: dict[str, Any]) -> None:
-    """Name every unknown table at once, as osmosis-ai does ("Unrecognized section")."""
-    unknown = [
-        key
-        for key, value in data.items()
-        if isinstance(value, dict)
-        and key not in ("evaluation", "serve", *_WORKSPACE_SECTIONS, *_TABLES)
-        and key not in GROUP_OF
-    ]
-    if unknown:
-        sections = ", ".join(f"[{key}]" for key in unknown)
-        raise ConfigError(
-            f"{path}: unknown section{'s' if len(unknown) > 1 else ''} {sections}; known: "
-            "[experiment], [evaluation], [env], [secrets], [advanced], [workflow_config], "
-            "[grader_config], [serve]"
-        )
-
-
-def _take_file_key(values: dict[str, Any], path: Path, key: str, value: Any) -> None:
-    if key == "serve":
-        return  # osmosis-run serve's own table (osmosis_run.server.settings reads it)
-    if key == "evaluation":
-        _take_evaluation(values, path, value)
-    elif key in _TABLES:
-        if isinstance(value, dict):
-            # A table overrides fields; its `from` (a Python keyword, so never a field name)
-            # names the instance to start from.
-            overrides = dict(value)
-            if "from" in overrides:
-                values[key] = overrides.pop("from")
-            values[_TABLES[key]] = overrides
-        else:
-            values[key] = value
-    elif key in GROUP_OF and key not in _NOT_FROM_FILE:
-        values[key] = value
-    else:
-        raise ConfigError(
-            f'{path}: unknown key "{key}"; see `osmosis-run eval --help` for the options'
-        )
-
-
-def _take_evaluation(values: dict[str, Any], path: Path, table: Any) -> None:
-    if not isinstance(table, dict):
-        raise ConfigError(f'{path}: "evaluation" must be a table')
-    for key, value in table.items():
-        if key not in _EVALUATION_KEYS:
-            raise ConfigError(
-                f'{path}: unknown key "evaluation.{key}"; known: {", ".join(_EVALUATION_KEYS)}'
-            )
-        if key == "limit" and isinstance(value, int) and value <= 0:
-            continue  # Osmosis: a limit <= 0 means all rows
-        values[_EVALUATION_KEYS[key]] = value
-
-
-def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Settings keys from ``OSMOSIS_RUN_*`` variables (and the model endpoint variables)."""
-    values: dict[str, Any] = {}
-    for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX):
-            continue
-        key = name.removeprefix(ENV_PREFIX).lower()
-        if key not in GROUP_OF or key.endswith("_overrides") or key in _WORKSPACE_SECTIONS:
-            raise ConfigError(f"environment variable {name} is not an osmosis-run option")
-        values[key] = value
-    if "OSMOSIS_CHAT_COMPLETIONS_URL" in environ:
-        values.setdefault("chat_completions_url", environ["OSMOSIS_CHAT_COMPLETIONS_URL"])
-    if environ.get("OSMOSIS_API_KEY"):
-        values.setdefault("api_key", environ["OSMOSIS_API_KEY"])
-    return values
-
-
-def resolve_settings(
-    cli: Mapping[str, Any],
-    *,
-    config_file: Path | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> EvalSettings:
-    """Merge defaults < config file < environment < command line into ``EvalSettings``.
-
-    Raises:
-        ConfigError: a value is invalid; the message names the option and its source.
-    """
-    layers: list[tuple[str, dict[str, Any]]] = []
-    if config_file is not None:
-        layers.append((str(config_file), load_config_file(config_file)))
-    env = os.environ if environ is None else environ
-    layers.append(("environment", from_environment(env)))
-    layers.append(("command line", {k: v for k, v in cli.items() if v is not None}))
-    merged: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    for source, values in layers:
-        merged.update(values)
-        origin.update(dict.fromkeys(values, source))
-    try:
-        return EvalSettings.model_validate(merged)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = error["loc"]
-        key = str(loc[1] if len(loc) > 1 and loc[0] in _GROUPS else loc[0]) if loc else "?"
-        where = origin.get(key, "defaults")
-        raise ConfigError(
-            f"{_option(key)} ({where}): {error['msg']} (got {error.get('input')!r})"
-        ) from None
-
-
-def _option(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
-# Per-invocation switches that a saved configuration must not carry.
-_NOT_SAVED = {"api_key", "server_api_key", "fresh", "retry_failed", "dry_run", "jsonl"}
-
-
-def settings_to_toml(settings: EvalSettings, *, run_dir: Path) -> str:
-    """The resolved settings as a config file that reproduces the run (never the API key)."""
-    data = {k: v for k, v in settings.flat().items() if v is not None and k not in _NOT_SAVED}
-    for key in _PATH_KEYS:
-        if key in data and data[key] != "-":
-            data[key] = os.path.abspath(data[key])
-    data["out"] = os.path.abspath(run_dir)
-    data["import_paths"] = [os.path.abspath(folder) for folder in data["import_paths"]]
-    data["fail_under"] = [f"{g['metric']}={g['threshold']}" for g in data["fail_under"]]
-    for section in _WORKSPACE_SECTIONS:  # written as the workspace config writes them
-        value = data.pop(section, None)
-        if value:
-            data[section] = {"required": value} if section == "secrets" else value
-    for table, overrides_key in _TABLES.items():
-        overrides = data.pop(overrides_key)
-        path = data.pop(table, None)
-        if overrides:
-            data[table] = {"from": path, **overrides} if path else overrides
-        elif path:
-            data[table] = path
-    scalars = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    header = "# The resolved configuration of this run: osmosis-run eval --config run.toml\n"
-    return header + tomli_w.dumps({**scalars, **tables})
