@@ -58,6 +58,8 @@ __all__ = [
 Item = tuple[str, bytes, bytes, bytes | None]  # rollout id, results line, result.json, trajectory
 _PIPE_BYTES = 1 << 20  # room for a few batches, so handing one over rarely waits
 _READ_BYTES = 1 << 16
+# How long a child whose pipe closed gets to be reaped, for its exit code.
+_REAP_S = 1.0
 
 
 class WriterLost(OSError):
@@ -323,7 +325,7 @@ class WriterProcess:
             if not data:  # the child exited: after F, or it died
                 self._ended = True
                 if self._unanswered:
-                    self._fail(WriterLost(self._process.poll(), self._results))
+                    self._fail(WriterLost(self._exit_code(), self._results))
                 return
             self._replies += data
             self._take_replies()
@@ -351,6 +353,17 @@ class WriterProcess:
         self._process.wait()
         self._process.stdout.close()
 
+    def _exit_code(self) -> int | None:
+        """The exit code of a child whose pipe has closed (None: still running after 1 s).
+
+        The pipe closes as the child dies, a moment before it can be reaped: ``poll()`` alone
+        would often say "still running" of a child killed by a signal.
+        """
+        try:
+            return self._process.wait(timeout=_REAP_S)
+        except subprocess.TimeoutExpired:
+            return None
+
     def _send(self, kind: bytes, payload: bytes, future: Future[list[str]] | None) -> None:
         self._raise()
         self._seq += 1
@@ -359,7 +372,7 @@ class WriterProcess:
             self._push(child.HEADER.pack(kind, self._seq, len(payload)) + payload)
         except BrokenPipeError:
             self.poll()  # the child's last words, if any
-            self._fail(WriterLost(self._process.poll(), self._results))
+            self._fail(WriterLost(self._exit_code(), self._results))
             self._raise()
 
     def _push(self, frame: bytes) -> None:
