@@ -60,6 +60,24 @@ def write_jsonl(path: Path, rows: Sequence[Any]) -> Path:
     return path
 
 
+def fake_run_settings(tmp_path: Path, rows: int = 4, **kw: Any) -> Any:
+    """Settings of a run of ``rows`` rows for the engine's tests (FakeExecutor runs them)."""
+    from osmosis_run.run.settings import EvalSettings
+
+    data = write_jsonl(
+        tmp_path / "d.jsonl", [{"id": f"q{i}", "prompt": f"p{i}"} for i in range(rows)]
+    )
+    return EvalSettings.model_validate(
+        {
+            "dataset": str(data),
+            "workflow": "eval_flows:Echo",  # the plan loads it; the fake executor never runs it
+            "out": str(tmp_path / "run"),
+            "max_error_rate": 1,
+            **kw,
+        }
+    )
+
+
 def results(run_dir: Path) -> list[ResultLine]:
     """The results of a run directory, in file order."""
     return list(read_results(run_dir))

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TESTS_DIR, open_scheduler, results, write_jsonl
+from conftest import TESTS_DIR, open_scheduler, results
+from conftest import fake_run_settings as settings
 
 from osmosis_run._construct import construct
 from osmosis_run.backends.fake import FakeExecutor, Handler
@@ -40,21 +41,6 @@ KEY = "sk-rollout-key-0123456789abcdef"
 @pytest.fixture(autouse=True)
 def _flows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(TESTS_DIR))
-
-
-def settings(tmp_path: Path, rows: int = 4, **kw: Any) -> EvalSettings:
-    data = write_jsonl(
-        tmp_path / "d.jsonl", [{"id": f"q{i}", "prompt": f"p{i}"} for i in range(rows)]
-    )
-    return EvalSettings.model_validate(
-        {
-            "dataset": str(data),
-            "workflow": "eval_flows:Echo",  # the plan loads it; the fake executor never runs it
-            "out": str(tmp_path / "run"),
-            "max_error_rate": 1,
-            **kw,
-        }
-    )
 
 
 def run(s: EvalSettings, executor: FakeExecutor, **options: Any) -> RunOutcome:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TESTS_DIR, open_scheduler, results, write_jsonl
+from conftest import TESTS_DIR, open_scheduler, results
+from conftest import fake_run_settings as settings
 
 from osmosis_run.backends.fake import FakeExecutor
 from osmosis_run.run.loop import run_to_completion
@@ -20,21 +21,6 @@ from osmosis_run.run.settings import EvalSettings
 @pytest.fixture(autouse=True)
 def _flows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(TESTS_DIR))
-
-
-def settings(tmp_path: Path, rows: int = 4, **kw: Any) -> EvalSettings:
-    data = write_jsonl(
-        tmp_path / "d.jsonl", [{"id": f"q{i}", "prompt": f"p{i}"} for i in range(rows)]
-    )
-    return EvalSettings.model_validate(
-        {
-            "dataset": str(data),
-            "workflow": "eval_flows:Echo",  # the plan loads it; the fake executor never runs it
-            "out": str(tmp_path / "run"),
-            "max_error_rate": 1,
-            **kw,
-        }
-    )
 
 
 async def _stubborn(attempt: Attempt) -> Any:
