@@ -523,7 +523,7 @@ def test_a_module_missing_on_the_workers_is_one_clear_line(cluster: Cluster, wor
     done = ray_eval(workdir, cluster, *args, env=env)
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
-        f'error: on the Ray workers (node {socket.gethostname()}): importing "needs_helper" '
+        'error: on the Ray workers (node 127.0.0.1): importing "needs_helper" '
         '(for "needs_helper:Traced") raised ModuleNotFoundError: No module named '
         "'driver_only'; the import paths are shipped to them, other modules must be installed "
         "on every node"

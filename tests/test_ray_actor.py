@@ -241,3 +241,43 @@ def test_release_leaves_a_shared_run_directory_alone(tmp_path: Path) -> None:
     actor._root, actor._ship = tmp_path, False  # --ray-shared-fs: the run's own rollouts/
     actor.release()
     assert tmp_path.is_dir()
+
+
+# What an actor checks from its node, and what a failed connection says ---------------------
+
+
+@on_a_loop
+async def test_reach_says_whether_this_node_reaches_the_models_address() -> None:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    actor = RolloutActor()
+    try:
+        assert await actor.reach(f"http://127.0.0.1:{port}/v1/rollouts/a") is None
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert await actor.reach(f"http://127.0.0.1:{port}/v1") == "Connection refused"
+    assert (
+        await actor.reach("http://127.0.0.1:99999/v1")
+        == "http://127.0.0.1:99999/v1 has no valid port"
+    )
+
+
+def _failed(message: str) -> ExecutionOutcome:
+    return ExecutionOutcome(
+        workflow=ExecutionResult(status="failure", err_message=message, err_category="agent_error")
+    )
+
+
+def test_a_rollout_that_cannot_connect_names_the_node_and_its_url() -> None:
+    url = "http://10.0.0.1:4000/v1/rollouts/a"
+    said = _ray_actor._say_where(_failed("APIConnectionError: Connection error."), "10.0.0.2", url)
+    assert said.workflow.err_message == (
+        "APIConnectionError: Connection error. (on Ray node 10.0.0.2, model URL "
+        "http://10.0.0.1:4000/v1/rollouts/a)"
+    )
+    other = _failed("ValueError: bad answer")
+    assert _ray_actor._say_where(other, "10.0.0.2", url) is other
+    assert _ray_actor._say_where(_failed("connection refused"), "n", "").workflow.err_message == (
+        "connection refused"
+    )

@@ -176,6 +176,7 @@ FLAT_NAMES = {
     "gateway": [
         "no_gateway", "model", "workspace_model", "token_price", "no_record_calls", "model_retries",
         "max_model_connections", "rpm", "tpm", "model_cache", "model_cache_mode", "no_preflight",
+        "gateway_host",
     ],
 }  # fmt: skip
 

@@ -9,6 +9,8 @@ function, for tests of the engine. ``executor_for(plan)`` picks the one a plan a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.backends.osmosis_ai import OsmosisAiExecutor, uses_osmosis_ai
 from osmosis_run.errors import ConfigError
@@ -18,9 +20,18 @@ from osmosis_run.run.seam import Executor
 __all__ = ["executor_for"]
 
 
-def executor_for(plan: Plan) -> Executor:
+def executor_for(
+    plan: Plan,
+    *,
+    endpoint: tuple[str, str | None] | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> Executor:
     """The executor of a plan: a rollout server's with ``--server``, a Ray actor pool with
     ``--backend ray``, else the in-process one.
+
+    ``endpoint`` is the model URL and key the rollouts are handed when a gateway runs (its base
+    URL and run key), which the Ray actors check they reach and set for their rollouts;
+    ``notify`` takes one line for stderr as it happens (a lost Ray actor).
 
     Raises:
         ConfigError: ``--server`` without httptools installed, ``--backend ray`` without Ray.
@@ -36,7 +47,7 @@ def executor_for(plan: Plan) -> Executor:
     if plan.settings.execution.backend == "ray":
         from osmosis_run.backends.ray import RayExecutor  # imports Ray: only when asked for
 
-        return RayExecutor.from_plan(plan)
+        return RayExecutor.from_plan(plan, endpoint=endpoint, notify=notify)
     if uses_osmosis_ai(plan.local_components()):  # with osmosis_ai's own context objects
         return OsmosisAiExecutor.from_plan(plan)
     return LocalExecutor.from_plan(plan)

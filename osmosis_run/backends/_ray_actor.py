@@ -3,7 +3,8 @@
 The driver (``backends/ray.py``) wraps ``RolloutActor`` with ``ray.remote``; this module imports
 no Ray, so it reads (and is tested) as plain Python. An actor answers:
 
-- ``hello()``: the versions and the node it runs on (the driver refuses a skew);
+- ``hello()``: the versions and the node it runs on, by host name and by the IP address Ray
+  knows it by (the driver refuses a skew);
 - ``setup(spec, key, ...)``: load the classes (``spec`` is the run's ``RunSpec`` fields), set
   the API key as this process's ``OSMOSIS_API_KEY`` (a method argument, never a constructor
   argument or ``runtime_env`` field, which Ray keeps in its control store), and check the
@@ -19,6 +20,11 @@ no Ray, so it reads (and is tested) as plain Python. An actor answers:
   together costs one plain call (a Ray streaming generator costs about a millisecond more per
   round trip). The artifacts each rollout wrote come back with its reply. A call cancelled or
   failed ends its batch (its rollouts still running are cancelled);
+- ``reach(url)``: whether this node reaches the model's address (the driver's gateway, or the
+  endpoint with ``--no-gateway``): a TCP connection, within ``REACH_TIMEOUT_S``. Returns None,
+  or why not; the driver's own preflight proves nothing about the other nodes. A rollout whose
+  workflow failed on a connection error has the node and the URL it was given added to its
+  error message;
 - ``cancel(ids)``: cancel those rollouts (a Ctrl-C, a deadline of the driver's);
 - ``release()``: remove the actor's scratch directory; the driver calls it before it ends the
   actor. An actor that died without it (killed, its node lost) leaves its directory behind:
@@ -36,6 +42,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pydantic
 
@@ -79,6 +86,21 @@ ABANDON_GRACE_S = 2.0
 # run at most: one reply for rollouts that end together, not one round trip each.
 GATHER_S = 0.002
 GATHER_SHARE = 0.1
+# How long ``reach`` waits for the model's address to accept a connection.
+REACH_TIMEOUT_S = 5.0
+# Words of a workflow's error that say it could not connect (openai's APIConnectionError,
+# httpx's ConnectError, urllib's URLError, the OS's refusals).
+_CONNECTION_WORDS = (
+    "connection error",
+    "connecterror",
+    "connection refused",
+    "connect call failed",
+    "urlopen error",
+    "name or service not known",
+    "no route to host",
+    "network is unreachable",
+    "cannot connect",
+)
 
 # One attempt as the driver sends it: the request, the attempt number, the model endpoint,
 # the rollout's seed. The API key is not in it: the actor has it in its environment.
@@ -124,10 +146,36 @@ class RolloutActor:
         self._batches: dict[int, _Batch] = {}
         self._threads: WorkerThreads | None = None
         self._window: int | None = None
+        self._node = ""
 
     def hello(self) -> dict[str, str]:
         """The versions that must match the driver's, and where this actor runs."""
-        return {**versions(), "node": socket.gethostname(), "pid": str(os.getpid())}
+        self._node = _node_ip()
+        return {
+            **versions(),
+            "node": socket.gethostname(),
+            "ip": self._node,
+            "pid": str(os.getpid()),
+        }
+
+    async def reach(self, url: str) -> str | None:
+        """Whether this node reaches ``url``'s host and port: None, or why not (one line)."""
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return f"{url} has no valid port"
+        if _proxied(parts.scheme):
+            return None  # through a proxy: the proxy's reachability is the client's business
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), REACH_TIMEOUT_S)
+        except TimeoutError:
+            return f"no answer within {REACH_TIMEOUT_S:g} s"
+        except OSError as exc:
+            return os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__
+        writer.close()
+        return None
 
     def setup(
         self,
@@ -281,7 +329,8 @@ class RolloutActor:
         finally:
             self._running.pop(request.id, None)
         files, omitted = await self._collect(request.id)
-        return result.outcome, result.workflow_ms, result.grader_ms, files, omitted
+        outcome = _say_where(result.outcome, self._node or socket.gethostname(), url)
+        return outcome, result.workflow_ms, result.grader_ms, files, omitted
 
     async def _collect(self, rollout_id: str) -> tuple[dict[str, bytes], tuple[str, ...]]:
         """The artifacts a rollout wrote (to travel back), its directory then removed."""
@@ -301,6 +350,33 @@ class RolloutActor:
                 shutil.rmtree(where, ignore_errors=True)
             return {}, ()
         return await asyncio.to_thread(_gather, where)
+
+
+def _node_ip() -> str:
+    """The IP address Ray knows this node by (host names repeat across hosts; else the name)."""
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+    except Exception:  # outside Ray (tests of this module): the host name
+        return socket.gethostname()
+
+
+def _proxied(scheme: str) -> bool:
+    names = ("https_proxy", "all_proxy") if scheme == "https" else ("http_proxy", "all_proxy")
+    return any(os.environ.get(n) or os.environ.get(n.upper()) for n in names)
+
+
+def _say_where(outcome: ExecutionOutcome, node: str, url: str) -> ExecutionOutcome:
+    """A workflow that failed to connect: its error names the node and the model URL it had."""
+    workflow = outcome.workflow
+    message = workflow.err_message
+    if not url or not message or not any(w in message.lower() for w in _CONNECTION_WORDS):
+        return outcome
+    where = f" (on Ray node {node}, model URL {url})"
+    return outcome.model_copy(
+        update={"workflow": workflow.model_copy(update={"err_message": message + where})}
+    )
 
 
 def _scratch() -> str | None:

@@ -10,8 +10,11 @@ the user's code with ``runtime_env`` (the cwd as ``working_dir``, every other im
 modules as ``py_modules``; the run directory, ``.git`` and virtual environments left out), and
 starts ``--ray-actors`` async actors (``_ray_actor.RolloutActor``) spread over the nodes. Each
 must be ready within ``--ray-ready-timeout``, run the driver's osmosis-run, pydantic and Python
-versions and load the workflow and grader; otherwise nothing runs and the error is one line
-(exit 2). The API key reaches the actors as their ``OSMOSIS_API_KEY``, through a method call.
+versions, load the workflow and grader and reach the model from its node (the gateway's address,
+or with ``--no-gateway`` the endpoint's); otherwise nothing runs and the error is one line
+(exit 2). The key rollouts are handed (the gateway's run key, else ``--api-key``) reaches the
+actors as their ``OSMOSIS_API_KEY``, through a method call. Each actor reserves
+``--ray-actor-cpus`` CPUs of its node (0: none), so that Ray places them as asked.
 
 ``run`` puts an attempt into the batch of the least busy actor; a batch is sent as one actor
 call when it holds ``--ray-batch`` attempts (``AUTO_BATCH`` with ``auto``, the default), or
@@ -32,10 +35,17 @@ An actor lost mid-call (killed, its node gone) raises ``AttemptLost`` for each a
 that had no reply yet (those of its batch already answered stay recorded, once), and is
 replaced; the engine runs those attempts again, not counting them against
 ``--retries``, at most ``LOST_LIMIT`` times in a row (then the rollout is recorded as a
-failure). Which of an actor's rollouts killed it is unknown, so each runs again alone on an
-idle actor: the culprit then dies alone, and the rollouts beside it finish. A rollout lost that
-way may have run part or all of its workflow before: a model call may repeat. Ray's own
-retries are off (``max_restarts=0``, ``max_task_retries=0``): they re-run calls silently.
+failure). Each loss is one line on stderr as it happens (the node, how many rollouts run
+again) and is counted in summary.json's ``backend``. Which of an actor's rollouts killed it is
+unknown, so each runs again alone on an idle actor: the culprit then dies alone, and the
+rollouts beside it finish. A rollout lost that way may have run part or all of its workflow
+before: a model call may repeat. Ray's own retries are off (``max_restarts=0``,
+``max_task_retries=0``): they re-run calls silently.
+
+Ray's own lines relayed to the driver (the workers' output, "(raylet) ..." notices) go to
+stderr: stdout carries results lines only. Before ``ray.init``, a cluster with token
+authentication is asked once whether it takes this driver's token (``_check_token``): Ray
+itself retries a refused token for 20 s and then names only the address.
 """
 
 from __future__ import annotations
@@ -48,7 +58,8 @@ import math
 import os
 import secrets
 import socket
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,7 +94,8 @@ __all__ = ["ARTIFACTS_CAP", "RayExecutor", "runtime_env_of"]
 # The driver's own bound on a call, past the rollout's agent and grader timeouts (which the
 # actor enforces): a reply that never comes is a timeout, not a run held forever.
 CALL_MARGIN_S = 30.0
-# How long the cluster's address gets to accept a connection before ray.init is tried.
+# How long the cluster's address gets to accept a connection before ray.init is tried (and its
+# GCS to answer whether it takes this driver's token).
 CONNECT_TIMEOUT_S = 5.0
 # How long the actors get to remove their scratch directories at the end, before they are killed.
 RELEASE_S = 2.0
@@ -129,6 +141,7 @@ class _Slot:
     alone: bool = False  # running one rollout that was lost before, and nothing else
     pending: list[_Call] = field(default_factory=list)
     flush_scheduled: bool = False
+    record: dict[str, Any] = field(default_factory=dict)  # its entry in summary's actors
 
     @property
     def load(self) -> int:
@@ -147,7 +160,16 @@ class _Call:
 class RayExecutor:
     """Run attempts on a pool of Ray actors (see the module docstring)."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        endpoint: tuple[str, str | None] | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
+        """``endpoint``: the model URL the rollouts reach (the gateway's base URL, else the
+        endpoint's) and the key they are handed; ``notify``: one line for stderr, as it
+        happens (a lost actor)."""
         self.plan = plan
         self.options = options = plan.settings.execution  # the --ray-* options
         self._slots: list[_Slot] = []
@@ -157,14 +179,35 @@ class RayExecutor:
         self._broken: InfrastructureError | None = None
         self._connected = False
         self._per_actor: int | None = None
-        self._key = plan.settings.execution.api_key_value()
+        url = options.chat_completions_url or ""
+        self._model_url, self._key = endpoint or (url, options.api_key_value())
+        self._model_is_gateway = endpoint is not None and endpoint[0] != url
+        self._notify = notify
         self._batch = AUTO_BATCH if options.ray_batch == "auto" else options.ray_batch
         self._keys = itertools.count()
+        self._actors: list[dict[str, Any]] = []  # every actor started, for summary.json
+        self._losses: list[dict[str, Any]] = []
 
     @classmethod
-    def from_plan(cls, plan: Plan) -> RayExecutor:
+    def from_plan(
+        cls,
+        plan: Plan,
+        *,
+        endpoint: tuple[str, str | None] | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> RayExecutor:
         """The executor of a plan's ``--ray-*`` options."""
-        return cls(plan)
+        return cls(plan, endpoint=endpoint, notify=notify)
+
+    def stats(self) -> dict[str, Any]:
+        """Where the actors ran and which were lost, for summary.json's ``backend``."""
+        return {
+            "kind": "ray",
+            "actors": [dict(actor) for actor in self._actors],
+            "actors_lost": len(self._losses),
+            "rollouts_rerun": sum(loss["rollouts"] for loss in self._losses),
+            "lost": [dict(loss) for loss in self._losses],
+        }
 
     @property
     def limit(self) -> int | None:
@@ -238,6 +281,8 @@ class RayExecutor:
             kwargs["include_dashboard"] = False
         else:
             _check_reachable(address)
+            _check_token(address)
+        _relay_to_stderr()
         try:
             ray.init(address=address, **kwargs)
         except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
@@ -280,7 +325,7 @@ class RayExecutor:
             BackendError: it could not (the actor is killed).
         """
         for attempt in range(1, START_TRIES + 1):
-            handle = _actor_class().remote()
+            handle = _actor_class(self.options.ray_actor_cpus).remote()
             try:
                 node = await self._make_ready(handle, probe)
             except _ActorDied:
@@ -293,6 +338,8 @@ class RayExecutor:
                 raise
             slot.handle, slot.node = handle, node
             slot.generation += 1
+            slot.record = {"node": node, "cpus": self.options.ray_actor_cpus, "lost": False}
+            self._actors.append(slot.record)
             return
 
     async def _make_ready(self, handle: Any, probe: tuple[str, str] | None) -> str:
@@ -305,17 +352,38 @@ class RayExecutor:
         # The run's whole window: an actor holds its share, more while another is replaced, and
         # its threads (for asyncio.to_thread) start only when used.
         window = self.plan.window(self.limit)
+        node = str(hello.get("ip") or hello.get("node", "?"))
         problem = await self._ready(
             handle.setup.remote(spec, self._key, shared_root=shared, probe=probe, window=window),
             "load the workflow",
         )
-        node = str(hello.get("node", "?"))
         if problem is not None:
             raise BackendError(
                 f"on the Ray workers (node {node}): {problem}; the import paths are shipped "
                 "to them, other modules must be installed on every node"
             )
+        if self._model_url:
+            unreachable = await self._ready(
+                handle.reach.remote(self._model_url), "check the model's address"
+            )
+            if unreachable is not None:
+                raise BackendError(self._unreachable(node, unreachable))
         return node
+
+    def _unreachable(self, node: str, why: str) -> str:
+        """Why an actor's node cannot reach the model, and what to do, in one line."""
+        if self._model_is_gateway:
+            return (
+                f"on the Ray workers (node {node}): cannot reach the model gateway at "
+                f"{self._model_url} ({why}); pass --gateway-host with an address of this "
+                "machine that every node reaches (the gateway listens there, behind the run's "
+                "key)"
+            )
+        return (
+            f"on the Ray workers (node {node}): cannot reach the model endpoint at "
+            f"{self._model_url} ({why}); the driver's preflight does not prove the workers "
+            "reach it: give an address every node reaches, or drop --no-gateway"
+        )
 
     async def _ready(self, ref: Any, doing: str) -> Any:
         """Await one of a new actor's calls within ``--ray-ready-timeout``.
@@ -514,10 +582,18 @@ class RayExecutor:
         """The slot's actor died: replace it (once per death, whoever noticed first)."""
         if slot.generation != generation or slot.handle is None:
             return
+        again = slot.in_flight + len(slot.pending)
+        why = _death(error)
+        slot.record["lost"] = True
+        self._losses.append({"node": slot.node, "rollouts": again, "reason": why})
+        if self._notify is not None:
+            rollouts = "1 rollout runs" if again == 1 else f"{again} rollouts run"
+            self._notify(
+                f"osmosis-run: lost the Ray actor on node {slot.node} ({why}); {rollouts} again"
+            )
         dead, slot.handle = slot.handle, None
         with contextlib.suppress(Exception):
             ray.kill(dead, no_restart=True)
-        del error
         task = asyncio.get_running_loop().create_task(self._replace(slot))
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
@@ -581,6 +657,72 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
+def _check_token(address: str) -> None:
+    """Ask the cluster's GCS once whether it takes this driver's token (if any).
+
+    A cluster started with ``RAY_AUTH_MODE=token`` refuses a driver without its token; Ray
+    retries for 20 s, printing a warning each second, then says only that it could not
+    connect. Anything but a refusal (an older Ray, another answer) is left to ``ray.init``.
+
+    Raises:
+        BackendError: the cluster refused the token.
+    """
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        return
+    try:
+        import grpc  # type: ignore[import-untyped]
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return
+    metadata: tuple[tuple[str, str], ...] = ()
+    with contextlib.suppress(Exception):
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
+
+        loader = AuthenticationTokenLoader.instance()
+        if loader.has_token():
+            metadata = tuple(loader.get_token_for_http_header().items())
+    started = time.monotonic()
+    try:
+        with grpc.insecure_channel(f"{host}:{port}") as channel:
+            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)  # type: ignore[no-untyped-call]
+            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+            stub.GetClusterId(request, timeout=CONNECT_TIMEOUT_S, metadata=metadata)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            which = "its" if metadata else "no"
+            raise BackendError(
+                f"cannot join the Ray cluster at {address}: it refused this driver's "
+                f"authentication token (the driver has {which} token); set RAY_AUTH_MODE=token "
+                "and the cluster's token in RAY_AUTH_TOKEN (or ~/.ray/auth_token) where "
+                "osmosis-run runs"
+            ) from None
+    except Exception:  # not a refusal: ray.init says what it is
+        logging.getLogger(__name__).debug(
+            "token check of %s failed after %.1f s", address, time.monotonic() - started
+        )
+
+
+def _relay_to_stderr() -> None:
+    """Ray's lines relayed to the driver (workers' output, raylet notices) go to stderr.
+
+    Ray prints a worker's stdout, and its own "(raylet) ..." error notices, to the driver's
+    stdout, which carries results lines only. The printer is looked up when ``ray.init``
+    registers it, so it is replaced before; a Ray without it is left as it is.
+    """
+    from ray._private import worker
+
+    printer = getattr(worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
+
+
 def _kill(handle: Any) -> None:
     with contextlib.suppress(Exception):
         ray.kill(handle, no_restart=True)
@@ -599,12 +741,14 @@ async def _awaitable(ref: Any) -> Any:
 _remote: Any = None
 
 
-def _actor_class() -> Any:
-    """``RolloutActor`` as a Ray actor class: no restarts, no silent retries, spread out."""
+def _actor_class(cpus: float) -> Any:
+    """``RolloutActor`` as a Ray actor class: ``cpus`` CPUs reserved, no restarts, no silent
+    retries, spread out."""
     global _remote
     if _remote is None:
         _remote = ray.remote(RolloutActor)
     return _remote.options(
+        num_cpus=cpus,
         max_restarts=0,
         max_task_retries=0,
         max_concurrency=10_000,

@@ -161,6 +161,15 @@ def eval_command(
             panel=_MODEL,
         ),
     ] = None,
+    gateway_host: Annotated[
+        str | None,
+        _opt(
+            "--gateway-host",
+            help="Address the gateway listens on and gives rollouts (default: loopback, or "
+            "this machine's address toward a Ray cluster or --server on another machine).",
+            panel=_MODEL,
+        ),
+    ] = None,
     server: Annotated[
         str | None,
         _opt(
@@ -329,7 +338,9 @@ def _run(settings: EvalSettings, results: BinaryIO | None, *, quiet: bool = Fals
         reporter = make_reporter(jsonl=settings.output.jsonl, out=results, quiet=quiet)
         plan = prepare(settings)
         gateway = gateway_for(settings, plan.run_dir)
-        runner = Scheduler.open(plan, executor_for(plan), reporter=reporter, gateway=gateway)
+        endpoint = (gateway.url, gateway.api_key) if gateway is not None else None
+        executor = executor_for(plan, endpoint=endpoint, notify=reporter.notice)
+        runner = Scheduler.open(plan, executor, reporter=reporter, gateway=gateway)
         reporter.on_stdout_closed = runner.stop
         reporter.gateway = gateway
     except OsmosisRunError as exc:

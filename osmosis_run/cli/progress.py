@@ -174,6 +174,10 @@ class Reporter:
             "--agent-timeout S bounds every rollout"
         )
 
+    def notice(self, message: str) -> None:
+        """A backend's news (a lost Ray actor): one line on stderr, above the progress bar."""
+        self._say(message)
+
     def blocked(self, rollout_id: str | None, seconds: float) -> None:
         """A rollout's synchronous code holds the event loop (called from another thread)."""
         who = f"rollout {rollout_id}" if rollout_id is not None else "a rollout"

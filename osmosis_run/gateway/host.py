@@ -8,15 +8,18 @@ interpreter lock, which both release while they wait on sockets. (A process woul
 gateway from the lock too, at the price of moving every call's accounting across a pipe;
 tests/perf/gateway.py measures what the thread costs: W11, W11b.)
 
-``Gateway.start`` binds a loopback port, runs the preflight and returns once the gateway
-answers; a failure there (a wrong URL, a refused connection, a refused key, an unusable cache)
-is a ``ConfigError`` before any rollout runs.
+``Gateway.start`` binds a port (on loopback, or on ``host``: an address that rollouts on other
+machines reach, see ``gateway/setup.py``), runs the preflight and returns once the gateway
+answers; a failure there (a wrong URL, a refused connection, a refused key, an unusable cache,
+an address it cannot bind) is a ``ConfigError`` before any rollout runs. Every request must
+carry the run's own key (``new_key``), wherever it comes from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import threading
 import time
@@ -35,7 +38,7 @@ from osmosis_run.gateway.recording import CallRecorder
 from osmosis_run.http.listener import Limits, Listener
 from osmosis_run.results.records import ModelUsage
 
-__all__ = ["LIMITS", "Gateway"]
+__all__ = ["LIMITS", "Gateway", "url_host"]
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
@@ -63,6 +66,8 @@ class Gateway:
         token_price: USD per million prompt and completion tokens (None: no cost).
         check: whether to run the preflight.
         limits: what its listener allows the rollouts' connections (timeouts, how many, sizes).
+        host: the address it listens on (default loopback).
+        advertise: the address rollouts are given, when not ``host`` (``host`` 0.0.0.0, say).
     """
 
     def __init__(
@@ -76,8 +81,12 @@ class Gateway:
         token_price: tuple[float, float] | None = None,
         check: bool = True,
         limits: Limits | None = None,
+        host: str = "127.0.0.1",
+        advertise: str | None = None,
     ) -> None:
         self.config = config
+        self.host = host
+        self.advertise = advertise or host
         self.limits = limits or LIMITS
         self.api_key = config.run_key
         self.token_price = token_price
@@ -102,7 +111,7 @@ class Gateway:
     # The engine's side (any thread) ------------------------------------------------------
 
     def url_for(self, rollout_id: str) -> str:
-        """A rollout's ``chat_completions_url``: ``http://127.0.0.1:<port>/v1/rollouts/<id>``."""
+        """A rollout's ``chat_completions_url``: ``http://<host>:<port>/v1/rollouts/<id>``."""
         return f"{self.url}/v1/rollouts/{quote(rollout_id, safe='')}"
 
     def open_rollout(self, rollout_id: str, *, sample_index: int, timeout_s: float | None) -> None:
@@ -229,12 +238,16 @@ class Gateway:
         self.proxy = proxy
         listener = Listener(proxy, self.limits, error_body=error_body, error_headers=_NO_RETRY)
         try:
-            await listener.start("127.0.0.1", 0)
+            await listener.start(self.host, 0)
         except OSError as exc:
             await proxy.close()
-            raise ConfigError(f"the model gateway cannot listen on 127.0.0.1: {exc}") from None
+            raise ConfigError(
+                f"the model gateway cannot listen on {self.host}: "
+                f"{os.strerror(exc.errno) if exc.errno else exc}; pass "
+                "--gateway-host with an address of this machine"
+            ) from None
         try:
-            self.url = f"http://127.0.0.1:{listener.port}"
+            self.url = f"http://{url_host(self.advertise)}:{listener.port}"
             if self._check:
                 await preflight(proxy.client, proxy.base, model=self.config.model)
             self._ready.set()
@@ -243,3 +256,8 @@ class Gateway:
             await listener.close()  # the rollouts' keep-alive connections too
             await proxy.close()
             self.recorder.close()
+
+
+def url_host(host: str) -> str:
+    """A host as it stands in a URL: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host

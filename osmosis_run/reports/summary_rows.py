@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from osmosis_run.results.records import Summary, count_rows, model_rows
 from osmosis_run.results.words import plural
 
@@ -47,6 +49,8 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
         rows.append(("wall", f"{s.wall_s:.2f}s  ({rate})"))
     if s.model is not None:
         rows.extend(model_rows(s.model))
+    if s.backend is not None and s.backend.get("kind") == "ray":
+        rows.append(("ray", _ray_row(s.backend)))
     for key, group in s.groups.items():
         rows.append(
             (
@@ -56,6 +60,25 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _ray_row(backend: dict[str, Any]) -> str:
+    """Ray's actors by node, and what was lost: "3 actors on 2 nodes (...); 1 lost (...)"."""
+    actors = backend.get("actors") or []
+    by_node: dict[str, int] = {}
+    for actor in actors:
+        node = str(actor.get("node"))
+        by_node[node] = by_node.get(node, 0) + 1
+    where = ", ".join(f"{n} on {node}" for node, n in by_node.items())
+    text = f"{plural(len(actors), 'actor')} started on {plural(len(by_node), 'node')} ({where})"
+    losses = backend.get("lost") or []
+    if losses:
+        lost = "; ".join(
+            f"node {loss.get('node')}: {plural(int(loss.get('rollouts', 0)), 'rollout')} ran again"
+            for loss in losses
+        )
+        text += f"; {len(losses)} lost ({lost})"
+    return text
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

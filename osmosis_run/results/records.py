@@ -184,6 +184,8 @@ class Summary(BaseModel):
     groups: dict[str, GroupSummary] = Field(default_factory=dict)
     first_errors: list[ErrorExample] = Field(default_factory=list)
     model: ModelSummary | None = None
+    # Where a backend ran the rollouts and what it lost (Ray: actors by node, losses).
+    backend: dict[str, Any] | None = None
 
 
 def count_rows(s: Summary) -> list[tuple[str, str]]:

@@ -99,6 +99,9 @@ class Reporter(Protocol):
     def stalled(self, rollout_id: str, seconds: float) -> None:
         """A rollout has been running for ``seconds`` (reported once per rollout)."""
 
+    def notice(self, message: str) -> None:
+        """One line for stderr, as it happens (a backend's news: a lost Ray actor)."""
+
     def blocked(self, rollout_id: str | None, seconds: float) -> None:
         """The event loop has been held for ``seconds`` by one rollout's synchronous code.
 
@@ -444,6 +447,9 @@ class Scheduler:
         summary.throughput_per_s = ran / wall if wall and ran else None
         if self.gateway is not None and summary.model is not None:
             summary.model.gateway = self.gateway.stats()
+        backend_stats = getattr(self.executor, "stats", None)  # where a backend has news
+        if callable(backend_stats):
+            summary.backend = backend_stats()
         return summary
 
     async def _execute(self) -> None:

@@ -309,6 +309,21 @@ class GatewayOptions(_Group):
     model_cache: str | None = None
     model_cache_mode: Literal["read-write", "read-only", "refresh"] = "read-write"
     no_preflight: bool = False
+    # The address the gateway listens on and hands rollouts (None: loopback, or with a Ray
+    # cluster or a rollout server on another machine this machine's address toward it).
+    gateway_host: str | None = None
+
+    @field_validator("gateway_host")
+    @classmethod
+    def _host(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        host = value.strip().removeprefix("[").removesuffix("]")
+        if "/" in host or " " in host:
+            raise ValueError(
+                "must be a host name or an IP address of this machine, such as 10.0.0.5"
+            )
+        return host
 
     @field_validator("token_price", mode="before")
     @classmethod
