@@ -11,9 +11,11 @@ import asyncio
 from typing import Any
 
 import pytest
+import ray
 
 from osmosis_run.backends import ray as ray_backend
 from osmosis_run.backends.ray import RayExecutor, _Slot
+from osmosis_run.errors import BackendError
 from osmosis_run.reports.summary_rows import summary_rows
 from osmosis_run.results.records import Summary
 from osmosis_run.run.plan import prepare
@@ -56,7 +58,7 @@ def test_each_actor_reserves_the_cpus_asked_for(monkeypatch: pytest.MonkeyPatch)
 def test_a_lost_actor_is_one_line_and_counted(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ray_backend.ray, "kill", lambda *a, **k: None)  # no cluster here
+    monkeypatch.setattr(ray, "kill", lambda *a, **k: None)  # no cluster here
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "a"}\n')
     plan = prepare(
@@ -97,4 +99,4 @@ def test_a_lost_actor_is_one_line_and_counted(
 
 
 async def _never_starts(slot: _Slot, probe: object) -> None:
-    raise ray_backend.BackendError("no node left")
+    raise BackendError("no node left")

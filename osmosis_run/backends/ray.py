@@ -43,9 +43,10 @@ before: a model call may repeat. Ray's own retries are off (``max_restarts=0``,
 ``max_task_retries=0``): they re-run calls silently.
 
 Ray's own lines relayed to the driver (the workers' output, "(raylet) ..." notices) go to
-stderr: stdout carries results lines only. Before ``ray.init``, a cluster with token
-authentication is asked once whether it takes this driver's token (``_check_token``): Ray
-itself retries a refused token for 20 s and then names only the address.
+stderr: stdout carries results lines only. A cluster with token authentication that refuses
+this driver's token is named as such: Ray retries for 20 s, printing a warning a second on the
+process's stderr, then names only the address; those warnings are held while ``ray.init`` runs
+(``_native_stderr``) and read for the refusal (shown as they were for any other failure).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ import math
 import os
 import secrets
 import socket
-import time
-from collections.abc import Callable, Iterable
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,8 +96,7 @@ __all__ = ["ARTIFACTS_CAP", "RayExecutor", "runtime_env_of"]
 # The driver's own bound on a call, past the rollout's agent and grader timeouts (which the
 # actor enforces): a reply that never comes is a timeout, not a run held forever.
 CALL_MARGIN_S = 30.0
-# How long the cluster's address gets to accept a connection before ray.init is tried (and its
-# GCS to answer whether it takes this driver's token).
+# How long the cluster's address gets to accept a connection before ray.init is tried.
 CONNECT_TIMEOUT_S = 5.0
 # How long the actors get to remove their scratch directories at the end, before they are killed.
 RELEASE_S = 2.0
@@ -281,13 +282,21 @@ class RayExecutor:
             kwargs["include_dashboard"] = False
         else:
             _check_reachable(address)
-            _check_token(address)
         _relay_to_stderr()
-        try:
-            ray.init(address=address, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
-            where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
-            raise BackendError(f"cannot start or join {where}: {_one_line(exc)}") from None
+        with _native_stderr() as said:
+            try:
+                ray.init(address=address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
+                where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
+                if address is not None and _refused_token(said()):
+                    said.clear()  # type: ignore[attr-defined]
+                    has = "a token it does not take" if _has_token() else "no token"
+                    raise BackendError(
+                        f"cannot join {where}: it refused this driver's authentication token "
+                        f"(the driver has {has}); set RAY_AUTH_MODE=token and the cluster's "
+                        "token in RAY_AUTH_TOKEN (or ~/.ray/auth_token) where osmosis-run runs"
+                    ) from None
+                raise BackendError(f"cannot start or join {where}: {_one_line(exc)}") from None
         self._connected = True
 
     def _actor_count(self) -> int:
@@ -657,50 +666,49 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
-def _check_token(address: str) -> None:
-    """Ask the cluster's GCS once whether it takes this driver's token (if any).
+@contextlib.contextmanager
+def _native_stderr() -> Iterator[Callable[[], str]]:
+    """Hold what is written to file descriptor 2 (Ray's C++ warnings) while ``ray.init`` runs.
 
-    A cluster started with ``RAY_AUTH_MODE=token`` refuses a driver without its token; Ray
-    retries for 20 s, printing a warning each second, then says only that it could not
-    connect. Anything but a refusal (an older Ray, another answer) is left to ``ray.init``.
-
-    Raises:
-        BackendError: the cluster refused the token.
+    Yields a function that returns what was held; it is written to stderr at the end unless
+    the caller cleared it (``held.clear``) because it said it in its own words.
     """
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        return
-    try:
-        import grpc  # type: ignore[import-untyped]
-        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
-    except ImportError:
-        return
-    metadata: tuple[tuple[str, str], ...] = ()
-    with contextlib.suppress(Exception):
-        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        keep = [True]
 
-        loader = AuthenticationTokenLoader.instance()
-        if loader.has_token():
-            metadata = tuple(loader.get_token_for_http_header().items())
-    started = time.monotonic()
-    try:
-        with grpc.insecure_channel(f"{host}:{port}") as channel:
-            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)  # type: ignore[no-untyped-call]
-            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
-            stub.GetClusterId(request, timeout=CONNECT_TIMEOUT_S, metadata=metadata)
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-            which = "its" if metadata else "no"
-            raise BackendError(
-                f"cannot join the Ray cluster at {address}: it refused this driver's "
-                f"authentication token (the driver has {which} token); set RAY_AUTH_MODE=token "
-                "and the cluster's token in RAY_AUTH_TOKEN (or ~/.ray/auth_token) where "
-                "osmosis-run runs"
-            ) from None
-    except Exception:  # not a refusal: ray.init says what it is
-        logging.getLogger(__name__).debug(
-            "token check of %s failed after %.1f s", address, time.monotonic() - started
-        )
+        def text() -> str:
+            held.seek(0)
+            return held.read().decode("utf-8", "replace")
+
+        text.clear = lambda: keep.__setitem__(0, False)  # type: ignore[attr-defined]
+        try:
+            yield text
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            said = text()
+            if said and keep[0]:
+                sys.stderr.write(said)
+                sys.stderr.flush()
+            elif said:
+                logging.getLogger(__name__).debug("Ray said, joining the cluster:\n%s", said)
+
+
+def _has_token() -> bool:
+    """Whether this driver has a Ray token (the variables or the file Ray reads)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return True
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    return os.path.isfile(path)
+
+
+def _refused_token(said: str) -> bool:
+    """Whether Ray's own words say the cluster refused this driver's token."""
+    return "InvalidAuthToken" in said or "Unauthenticated" in said
 
 
 def _relay_to_stderr() -> None:
