@@ -48,13 +48,14 @@ import pydantic
 
 import osmosis_run
 from osmosis_run.backends.local import LocalExecutor
+from osmosis_run.backends.osmosis_ai import backend_for
 from osmosis_run.errors import OsmosisRunError
 from osmosis_run.run.components import load_components
 from osmosis_run.run.deadlines import Deadlines
 from osmosis_run.run.seam import Attempt
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.run.threads import WorkerThreads, default_size
-from osmosis_run.sdk.backend import ARTIFACTS, LocalBackend
+from osmosis_run.sdk.backend import ARTIFACTS
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
 
@@ -208,15 +209,8 @@ class RolloutActor:
             scratch = _scratch()
             sweep_scratch(scratch or tempfile.gettempdir())
             self._root = Path(tempfile.mkdtemp(prefix=_scratch_prefix(os.getpid()), dir=scratch))
-        self._executor = LocalExecutor(
-            LocalBackend(
-                workflow=components.workflow,
-                workflow_config=components.workflow_config,
-                grader=components.grader,
-                grader_config=components.grader_config,
-                artifact_root=self._root,
-            )
-        )
+        # osmosis_ai classes get osmosis_ai's own context objects, as in a local run.
+        self._executor = LocalExecutor(backend_for(components, artifact_root=self._root))
         return None
 
     async def run_batch(self, key: int, items: list[Item]) -> tuple[Chunk, bool]:

@@ -1,9 +1,10 @@
 """``osmosis-run serve``: options -> ServeSettings + the workflow -> the rollout server -> uvicorn.
 
 Everything that can fail is checked before the server listens (the workflow imports, the
-config, the run directory, the port), each as one line and exit code 2. SIGINT and SIGTERM stop
-it gracefully: admissions get 503, polls in flight are answered, rollouts in flight drain (then
-are cancelled), the run directory gets its summary, and the command exits 0.
+config, the model gateway's preflight, the port, the run directory), each as one line and exit
+code 2. SIGINT and SIGTERM stop it gracefully: admissions get 503, polls in flight are answered,
+rollouts in flight drain (then are cancelled), the run directory gets its summary, the model
+gateway (``--chat-completions-url``) closes, and the command exits 0.
 """
 
 from __future__ import annotations
@@ -23,19 +24,22 @@ from osmosis_run.cli.streams import err
 if TYPE_CHECKING:
     import uvicorn
 
+    from osmosis_run.gateway.host import Gateway
     from osmosis_run.sdk.backend import LocalBackend
     from osmosis_run.server.settings import ServeSettings
 
 _SERVE = "Server"
+_MODEL = "Model gateway (with --chat-completions-url)"
 _COMPONENTS = ("workflow", "grader", "workflow_config", "grader_config")
 SERVE_HELP = (
     "Exit codes: 0 served and stopped on SIGINT or SIGTERM; 2 the workflow, a config or the "
-    "run directory cannot be used, or the port cannot be listened on (nothing was served)."
+    "run directory cannot be used, the model gateway's preflight failed, or the port cannot be "
+    "listened on (nothing was served)."
 )
 
 
-def _opt(*names: str, help: str, **kw: Any) -> Any:  # noqa: A002
-    return options.opt(*names, help=help, panel=_SERVE, **kw)
+def _opt(*names: str, help: str, panel: str = _SERVE, **kw: Any) -> Any:  # noqa: A002
+    return options.opt(*names, help=help, panel=panel, **kw)
 
 
 def register(app: typer.Typer) -> None:
@@ -101,6 +105,99 @@ def serve_command(
             "behind a load balancer, more than its idle timeout: 2160 on the Osmosis platform).",
         ),
     ] = None,
+    chat_completions_url: Annotated[
+        str | None,
+        _opt(
+            "--chat-completions-url",
+            help="Run the model gateway to this endpoint for the served rollouts (env "
+            "OSMOSIS_CHAT_COMPLETIONS_URL): their calls counted, paced, recorded and cached; "
+            "without it, rollouts use the URL their caller sent.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    model_api_key: Annotated[
+        str | None,
+        _opt(
+            "--model-api-key",
+            help="API key for the endpoint (env OSMOSIS_API_KEY); never written.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        _opt("--model", help="Replace the model field of every chat completion.", panel=_MODEL),
+    ] = None,
+    token_price: Annotated[
+        str | None,
+        _opt(
+            "--token-price",
+            help="PROMPT,COMPLETION: USD per million tokens; adds cost to usage.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    no_record_calls: Annotated[
+        bool | None,
+        _opt(
+            "--no-record-calls", help="Do not write rollouts/<id>/model_calls.jsonl.", panel=_MODEL
+        ),
+    ] = None,
+    model_retries: Annotated[
+        int | None,
+        _opt(
+            "--model-retries",
+            help="Retry a model call on 429, 5xx or a dropped connection up to N times "
+            "(default 5), within the rollout's deadline.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    max_model_connections: Annotated[
+        int | None,
+        _opt(
+            "--max-model-connections",
+            help="Model calls in flight at most (default 256); halved on a burst of 429s, "
+            "then grown back.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    rpm: Annotated[
+        float | None, _opt("--rpm", help="Model requests per minute at most.", panel=_MODEL)
+    ] = None,
+    tpm: Annotated[
+        float | None, _opt("--tpm", help="Model tokens per minute at most.", panel=_MODEL)
+    ] = None,
+    model_cache: Annotated[
+        str | None,
+        _opt(
+            "--model-cache",
+            help="SQLite file of model responses: repeated calls replay them (free, offline).",
+            panel=_MODEL,
+        ),
+    ] = None,
+    model_cache_mode: Annotated[
+        str | None,
+        _opt(
+            "--model-cache-mode",
+            help="read-write (default), read-only (a miss fails the rollout), or refresh.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    no_preflight: Annotated[
+        bool | None,
+        _opt(
+            "--no-preflight",
+            help="Skip the one request that checks the endpoint before serving.",
+            panel=_MODEL,
+        ),
+    ] = None,
+    gateway_host: Annotated[
+        str | None,
+        _opt(
+            "--gateway-host",
+            help="Address the gateway listens on and gives rollouts (default 127.0.0.1: the "
+            "served rollouts run in this process).",
+            panel=_MODEL,
+        ),
+    ] = None,
 ) -> None:
     """Serve a workflow (and grader) over the rollout protocol, recording every rollout.
 
@@ -121,14 +218,36 @@ def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path 
     try:
         settings, backend, pass_threshold = _prepare(components, serving, config)
         server_module = _import_server()
+        run_dir = Path(settings.out) if settings.out else server_module.default_run_dir()
+        gateway = _gateway(settings, run_dir)
     except (OsmosisRunError, _Unusable) as exc:
         print_error(exc)
         return exit_codes.USAGE
+    try:
+        return _run(server_module, settings, backend, pass_threshold, run_dir, gateway)
+    finally:
+        if gateway is not None:
+            gateway.close()  # after the server stopped: its rollouts have drained
+
+
+def _run(
+    server_module: Any,
+    settings: ServeSettings,
+    backend: LocalBackend,
+    pass_threshold: float,
+    run_dir: Path,
+    gateway: Gateway | None,
+) -> int:
+    """Listen, build the app (the run directory opened), serve; return the exit code."""
+    from osmosis_run.cli.messages import print_error
+    from osmosis_run.errors import OsmosisRunError
+
     try:
         listener = _listen(settings.host, settings.port)
     except _Unusable as exc:
         print_error(exc)
         return exit_codes.USAGE
+    upstream_key = settings.model_api_key_value()
     try:
         app = server_module.create_rollout_server(
             backend=backend,
@@ -137,15 +256,35 @@ def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path 
             polling_lease_timeout_sec=settings.lease,
             result_retention_sec=settings.retention,
             api_key=settings.api_key_value(),
-            out=settings.out,
+            out=run_dir,
             concurrency=settings.limit(),
             pass_threshold=pass_threshold,
+            gateway=gateway,
+            secrets=(upstream_key,) if upstream_key else (),
         )
     except (OsmosisRunError, ValueError) as exc:
         listener.close()
         print_error(exc)
         return exit_codes.USAGE
     return _serve(app, listener, settings)
+
+
+def _gateway(settings: ServeSettings, run_dir: Path) -> Gateway | None:
+    """The model gateway of the served rollouts (preflight done), or None without an endpoint.
+
+    Raises:
+        ConfigError: the preflight failed, the cache or the address cannot be used.
+    """
+    if settings.chat_completions_url is None:
+        return None
+    from osmosis_run.gateway.setup import start_gateway
+
+    return start_gateway(
+        settings.gateway,
+        upstream=settings.chat_completions_url,
+        api_key=settings.model_api_key_value(),
+        run_dir=run_dir,
+    )
 
 
 class _Unusable(Exception):
@@ -241,6 +380,12 @@ def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
     host, port = listener.getsockname()[:2]
     err.print(f"osmosis-run serve: listening on {_url(host, port)}", markup=False)
     err.print(f"osmosis-run serve: recording to {service.run_dir}", markup=False)
+    if settings.chat_completions_url is not None:
+        err.print(
+            f"osmosis-run serve: model gateway to {settings.chat_completions_url}: the served "
+            "rollouts' model calls are counted and recorded",
+            markup=False,
+        )
     server = _uvicorn_server(app, settings)
 
     def stop() -> None:

@@ -33,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from osmosis_run.run.seam import ModelGateway
 from osmosis_run.sdk.backend import LocalBackend
 from osmosis_run.server.protocol import (
     LEASE_HEADER,
@@ -88,6 +89,8 @@ def create_rollout_server(
     out: str | os.PathLike[str] | None = None,
     concurrency: int | None = None,
     pass_threshold: float = 1.0,
+    gateway: ModelGateway | None = None,
+    secrets: tuple[str, ...] = (),
 ) -> Starlette:
     """Build the ASGI app that serves ``backend`` over the rollout protocol "0.4".
 
@@ -109,6 +112,10 @@ def create_rollout_server(
             else 4; 0 for no limit).
         pass_threshold: a success with at least this reward passed, in the run's records and
             summary (``osmosis-run serve`` gives the config's ``pass_threshold``, as eval reads it).
+        gateway: a started model gateway every rollout calls instead of the URL its caller sent
+            (``osmosis-run serve --chat-completions-url``); its run key is never written. The
+            caller closes it once the server has stopped.
+        secrets: more strings never written to the run directory (the gateway's upstream key).
 
     Raises:
         ValueError: a timing is invalid, or ``api_key`` is blank.
@@ -131,8 +138,9 @@ def create_rollout_server(
         lease_s=polling_lease_timeout_sec,
         retention_s=result_retention_sec,
         concurrency=limit,
-        secrets=(api_key,) if api_key else (),
+        secrets=(*((api_key,) if api_key else ()), *secrets),
         pass_threshold=pass_threshold,
+        gateway=gateway,
     )
 
     @asynccontextmanager

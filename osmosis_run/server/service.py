@@ -11,6 +11,12 @@ workflow wrote, so ``osmosis-run report RUN --html`` shows what a server did. An
 unexpected exception fails that rollout (``internal_error``) and its traceback is logged: the
 lifecycle's ``"fail"`` policy.
 
+With a model gateway (``osmosis-run serve --chat-completions-url``), every rollout is handed the
+gateway's URL for it and the gateway's run key, whatever URL and key its caller sent: its model
+calls are counted (the results line's ``usage``), paced, recorded and cached as an eval's, and
+the summary has the gateway's figures (``model.gateway``). Without one, a rollout gets the
+caller's URL and key.
+
 Every admitted rollout ends with exactly one result, recorded once: the executor's, or a
 cancellation, or a lease that ran out (``failure`` / ``lease_expired``: the result is final at
 once, and the execution is cancelled). A cancelled rollout whose code ignores its cancellation
@@ -41,7 +47,7 @@ from osmosis_run.run.deadlines import ABANDON_GRACE_S, Deadlines
 from osmosis_run.run.fingerprint import source_hash
 from osmosis_run.run.lifecycle import TICK_S, Lifecycle, Timings
 from osmosis_run.run.rollouts import CANCELLED, Job, internal_error, request_of, rollout_seed
-from osmosis_run.run.seam import Executor
+from osmosis_run.run.seam import Executor, ModelGateway
 from osmosis_run.sdk.backend import LocalBackend
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import (
@@ -105,7 +111,8 @@ class RolloutService:
         lease_s: how long a lease lasts after its last poll.
         retention_s: how long a final result stays pollable.
         concurrency: rollouts executing at once (None: no limit).
-        secrets: strings never written to the run directory (the server's API key).
+        secrets: strings never written to the run directory (the server's API key, the
+            model endpoint's; the gateway's run key is added here).
         drain_s: at shutdown, how long rollouts in flight get before they are cancelled.
         cleanup_s: then how long cancelled rollouts get to end.
         abandon_grace_s: how long a cancelled rollout gets before its result is published,
@@ -114,6 +121,8 @@ class RolloutService:
             ``pass_threshold``).
         executor: runs each attempt (default: ``LocalExecutor`` over ``backend``, which
             reports the ``grading`` status; tests pass ``FakeExecutor``).
+        gateway: the model gateway the rollouts call (None: the URL and key their caller
+            sent); started by the caller, who closes it after ``shutdown``.
 
     Raises:
         ValueError: a timing is invalid (``check_timings``).
@@ -135,6 +144,7 @@ class RolloutService:
         abandon_grace_s: float = ABANDON_GRACE_S,
         pass_threshold: float = 1.0,
         executor: Executor | None = None,
+        gateway: ModelGateway | None = None,
     ) -> None:
         check_timings(wait_s=result_wait_s, lease_s=lease_s, retention_s=retention_s)
         self.backend = backend
@@ -150,7 +160,9 @@ class RolloutService:
         self.table = RolloutTable(
             lease_s=lease_s, retention_s=retention_s, on_expired=self._lease_expired
         )
-        self.store = _open_store(run_dir, backend, secrets)
+        self.gateway = gateway
+        run_key = (gateway.api_key,) if gateway is not None else ()
+        self.store = _open_store(run_dir, backend, (*secrets, *run_key))
         backend.artifact_root = self.store.rollouts_dir.absolute()
         self.executor = executor or LocalExecutor(backend, on_grading=self._grading)
         self.deadlines = Deadlines(abandon_grace_s=abandon_grace_s)
@@ -161,6 +173,7 @@ class RolloutService:
             pass_threshold=pass_threshold,
             attempts=1,  # the trainer retries: one attempt per request
             on_executor_error="fail",  # the server's policy: that rollout fails, logged
+            gateway=gateway,
         )
         self._window = asyncio.Semaphore(concurrency) if concurrency else None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -367,17 +380,29 @@ class RolloutService:
         self._running += 1
         try:
             self.table.set_status(entry, RolloutStatus.RUNNING)
-            endpoint = RolloutContext(
-                chat_completions_url=init.chat_completions_url,
-                api_key=init.llm_api_key,
-                rollout_id=init.rollout_id,
-            )
+            endpoint = self._endpoint(init)
             outcome, timings, _ = await self.lifecycle.run(entry.job, request, endpoint)
             return outcome, timings
         finally:
             self._running -= 1
             if window is not None:
                 window.release()
+
+    def _endpoint(self, init: RolloutInitRequest) -> RolloutContext:
+        """The rollout's model endpoint: the gateway's (the lifecycle gives each attempt its
+        URL), else what the caller sent."""
+        gateway = self.gateway
+        if gateway is not None:
+            return RolloutContext(
+                chat_completions_url=gateway.url_for(init.rollout_id),
+                api_key=gateway.api_key,
+                rollout_id=init.rollout_id,
+            )
+        return RolloutContext(
+            chat_completions_url=init.chat_completions_url,
+            api_key=init.llm_api_key,
+            rollout_id=init.rollout_id,
+        )
 
     def _grading(self, rollout_id: str) -> None:
         entry = self.table.entries.get(rollout_id)
@@ -545,7 +570,14 @@ class RolloutService:
         """The metrics of what this run directory holds (an earlier server's rollouts too)."""
         wall = time.perf_counter() - self._started if self._started else None
         interrupted = self.recording_error is not None
-        return self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=interrupted)
+        summary = self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=interrupted)
+        return self._with_gateway(summary)
+
+    def _with_gateway(self, summary: Summary) -> Summary:
+        """The gateway's figures of this server's life in ``model.gateway``, as eval's."""
+        if self.gateway is not None and summary.model is not None:
+            summary.model.gateway = self.gateway.stats()
+        return summary
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -603,7 +635,8 @@ class RolloutService:
         else:
             self.lifecycle.metrics = metrics
         wall = time.perf_counter() - self._started if self._started else None
-        return self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=True)
+        summary = self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=True)
+        return self._with_gateway(summary)
 
 
 def _open_store(run_dir: Path, backend: LocalBackend, secrets: tuple[str, ...]) -> RunStore:

@@ -3,9 +3,16 @@
 Precedence, highest first, as eval's (``osmosis_run.run.settings.sources.resolve`` merges these
 layers and words a bad value as it does for eval): the command line; the environment
 (``_OSMOSIS_ROLLOUT_PORT`` for the port, ``OSMOSIS_ROLLOUT_API_KEY`` for the key clients must
-send, as the SDK's scaffold reads them); the ``[serve]`` table of the config file (the same TOML
-as eval: its workflow, grader and configs are the served ones); the defaults below. The API key
-is never read from a file. ``out`` in the file is relative to the file's folder.
+send, as the SDK's scaffold reads them; ``OSMOSIS_CHAT_COMPLETIONS_URL`` and ``OSMOSIS_API_KEY``
+for the model endpoint, as eval reads them); the ``[serve]`` table of the config file (the same
+TOML as eval: its workflow, grader and configs are the served ones); the defaults below. The
+keys are never read from a file. ``out`` and ``model_cache`` in the file are relative to the
+file's folder.
+
+The model gateway (``--chat-completions-url`` and eval's gateway options, with eval's names and
+meanings, validated by eval's own ``GatewayOptions``): with an endpoint, the server runs the
+gateway for the rollouts it serves; a gateway option without one is a usage error
+(``check_gateway``).
 """
 
 from __future__ import annotations
@@ -16,15 +23,44 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from osmosis_run.errors import ConfigError
-from osmosis_run.run.settings import UNLIMITED, ConcurrencyLimit, Layer, read_toml, resolve
+from osmosis_run.run.settings import (
+    UNLIMITED,
+    ConcurrencyLimit,
+    GatewayOptions,
+    Layer,
+    option_name,
+    read_toml,
+    resolve,
+)
 
-__all__ = ["PORT_ENV", "API_KEY_ENV", "ServeSettings", "resolve_serve_settings"]
+__all__ = [
+    "API_KEY_ENV",
+    "GATEWAY_KEYS",
+    "MODEL_API_KEY_ENV",
+    "MODEL_URL_ENV",
+    "PORT_ENV",
+    "ServeSettings",
+    "check_gateway",
+    "resolve_serve_settings",
+]
 
 PORT_ENV = "_OSMOSIS_ROLLOUT_PORT"
 API_KEY_ENV = "OSMOSIS_ROLLOUT_API_KEY"
+MODEL_URL_ENV = "OSMOSIS_CHAT_COMPLETIONS_URL"  # eval's
+MODEL_API_KEY_ENV = "OSMOSIS_API_KEY"  # eval's
+# eval's gateway options that serve takes (no --no-gateway: without an endpoint there is none;
+# no workspace model: serve reads no Osmosis workspace config).
+GATEWAY_KEYS = tuple(
+    key for key in GatewayOptions.model_fields if key not in ("no_gateway", "workspace_model")
+)
+_SECRET_SOURCES = {
+    "api_key": f"--api-key or {API_KEY_ENV}",
+    "model_api_key": f"--model-api-key or {MODEL_API_KEY_ENV}",
+}
+_SECRETS = tuple(_SECRET_SOURCES)
 DEFAULT_PORT = 8000
 _TABLE = "serve"
 # How long a connection with no request under way stays open. Idle connections hold descriptors
@@ -51,9 +87,15 @@ class ServeSettings(BaseModel):
             config's limit, else 4).
         out: the run directory (None: ``runs/serve-<UTC time>-<pid>``).
         keep_alive: seconds a connection with no request under way stays open.
+        chat_completions_url: the model endpoint the gateway forwards to (None: no gateway;
+            rollouts keep the URL their caller sent).
+        model_api_key: the endpoint's key (the upstream provider's; never written).
+        gateway: the gateway's options (eval's ``GatewayOptions``); flat keys (``rpm``...)
+            are put in it, as ``EvalSettings`` does.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # model_api_key: pydantic < 2.10 reserves the "model_" prefix otherwise (as GatewayOptions).
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
@@ -64,6 +106,30 @@ class ServeSettings(BaseModel):
     concurrency: ConcurrencyLimit = None
     out: str | None = None
     keep_alive: int = Field(KEEP_ALIVE_S, ge=1)  # whole seconds, as uvicorn takes it
+    chat_completions_url: str | None = None
+    model_api_key: SecretStr | None = Field(None, repr=False)
+    gateway: GatewayOptions = Field(default_factory=GatewayOptions)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """Put the gateway's flat keys (``rpm``, ``model_cache``...) into ``gateway``."""
+        if not isinstance(data, Mapping) or not any(key in GATEWAY_KEYS for key in data):
+            return data
+        nested = {key: value for key, value in data.items() if key not in GATEWAY_KEYS}
+        given = nested.get("gateway")
+        if isinstance(given, GatewayOptions):
+            given = {key: getattr(given, key) for key in given.model_fields_set}
+        flat = {key: value for key, value in data.items() if key in GATEWAY_KEYS}
+        nested["gateway"] = {**(given if isinstance(given, Mapping) else {}), **flat}
+        return nested
+
+    @field_validator("chat_completions_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return value.strip()
 
     @field_validator("result_wait", "lease", "retention")
     @classmethod
@@ -72,7 +138,7 @@ class ServeSettings(BaseModel):
             raise ValueError("must be a finite number of seconds")
         return value
 
-    @field_validator("api_key")
+    @field_validator("api_key", "model_api_key")
     @classmethod
     def _key(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and not value.get_secret_value().strip():
@@ -89,9 +155,17 @@ class ServeSettings(BaseModel):
         """The key itself (None when not given)."""
         return self.api_key.get_secret_value() if self.api_key is not None else None
 
+    def model_api_key_value(self) -> str | None:
+        """The model endpoint's key itself (None when not given)."""
+        key = self.model_api_key
+        return key.get_secret_value() if key is not None else None
 
-# What a [serve] table may set: every option but the API key.
-_FILE_KEYS = tuple(key for key in ServeSettings.model_fields if key != "api_key")
+
+# What a [serve] table may set: every option but the keys, the gateway's by their flat names.
+_FILE_KEYS = (
+    *(key for key in ServeSettings.model_fields if key not in (*_SECRETS, "gateway")),
+    *GATEWAY_KEYS,
+)
 
 
 def _file_layer(path: Path) -> Layer:
@@ -105,22 +179,28 @@ def _file_layer(path: Path) -> Layer:
         raise ConfigError(f'{path}: "{_TABLE}" must be a table')
     values: dict[str, Any] = {}
     for key, value in table.items():
-        if key == "api_key":
+        if key in _SECRETS:
             raise ConfigError(
-                f"{path}: serve.api_key is never read from a file; use --api-key or {API_KEY_ENV}"
+                f"{path}: serve.{key} is never read from a file; use {_SECRET_SOURCES[key]}"
             )
         if key not in _FILE_KEYS:
             raise ConfigError(f'{path}: unknown key "serve.{key}"; known: {", ".join(_FILE_KEYS)}')
         values[key] = value
-    if isinstance(values.get("out"), str):
-        values["out"] = os.path.normpath(path.parent / values["out"])
+    for key in ("out", "model_cache"):
+        if isinstance(values.get(key), str):
+            values[key] = os.path.normpath(path.parent / values[key])
     return Layer(values, {key: f"{_TABLE}.{key} in {path}" for key in values})
 
 
 def _environment_layer(environ: Mapping[str, str]) -> Layer:
     values: dict[str, Any] = {}
     where: dict[str, str] = {}
-    for key, name in (("port", PORT_ENV), ("api_key", API_KEY_ENV)):
+    for key, name in (
+        ("port", PORT_ENV),
+        ("api_key", API_KEY_ENV),
+        ("chat_completions_url", MODEL_URL_ENV),
+        ("model_api_key", MODEL_API_KEY_ENV),
+    ):
         if environ.get(name):
             values[key], where[key] = environ[name], name
     return Layer(values, where)
@@ -135,9 +215,10 @@ def resolve_serve_settings(
     """Merge defaults < ``[serve]`` table < environment < command line.
 
     Raises:
-        ConfigError: a value is invalid; the message names the option and its source.
+        ConfigError: a value is invalid (the message names the option and its source), or a
+            gateway option is given without an endpoint (``check_gateway``).
     """
-    return resolve(
+    settings = resolve(
         ServeSettings,
         cli,
         config_file=config_file,
@@ -145,3 +226,29 @@ def resolve_serve_settings(
         file_layer=_file_layer,
         environment_layer=_environment_layer,
     )
+    check_gateway(settings, key_given="model_api_key" in cli and cli["model_api_key"] is not None)
+    return settings
+
+
+def check_gateway(settings: ServeSettings, *, key_given: bool = False) -> None:
+    """Gateway options without an endpoint are a usage error rather than ignored (as eval's
+    ``check_gateway_options``).
+
+    ``key_given``: ``--model-api-key`` was on the command line (``OSMOSIS_API_KEY`` in the
+    environment alone is eval's too, and not an error).
+
+    Raises:
+        ConfigError: a gateway option (or ``--model-api-key``) without
+            ``--chat-completions-url``.
+    """
+    if settings.chat_completions_url is not None:
+        return
+    given = ["--model-api-key"] if key_given else []
+    fields = settings.gateway.model_fields_set
+    given += [option_name(key) for key in GATEWAY_KEYS if key in fields]
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise ConfigError(
+            f"{' and '.join(given)} {verb} the model gateway, but there is no model endpoint "
+            "(--chat-completions-url)"
+        )
