@@ -655,3 +655,33 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_without_an_address_a_new_local_cluster_runs_not_the_last_ray_start(
+    workdir: Path,
+) -> None:
+    """Ray's own default joins the cluster that the last ``ray start`` on this machine wrote to
+    ``<tmp>/ray/ray_current_cluster``, wherever it is now (in CI: another suite's, in another
+    network namespace, where the driver waited for minutes). osmosis-run's default is a new
+    local cluster."""
+    if not in_private_network():
+        pytest.fail(NAMESPACE_HINT)
+    temp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's socket paths live under it
+    try:
+        (Path(temp) / "ray").mkdir()
+        (Path(temp) / "ray" / "ray_current_cluster").write_text("10.255.255.1:6379\n")
+        dataset = write_jsonl(workdir / "d.jsonl", rows(3))
+        env = {k: v for k, v in subprocess_env(RAY_TMPDIR=temp).items() if k != "RAY_ADDRESS"}
+        done = subprocess.run(
+            [*eval_args(dataset, workdir / "run", "--ray-actors", "1"), "--backend", "ray"],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=100,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert recorded_once(workdir / "run", 3) == ["ungraded"] * 3
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -285,7 +285,10 @@ class RayExecutor:
         _relay_to_stderr()
         with _native_stderr() as said:
             try:
-                ray.init(address=address, **kwargs)
+                # No address: a new local cluster, as documented. (Ray's own default would join
+                # the cluster that the last `ray start` on this machine wrote to
+                # /tmp/ray/ray_current_cluster, wherever it is now.)
+                ray.init(address=address or "local", **kwargs)
             except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
                 where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
                 if address is not None and _refused_token(said()):
