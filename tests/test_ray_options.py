@@ -96,7 +96,7 @@ def test_a_bad_backend_or_batch_is_one_line_and_exit_2(
     bad = cli("eval", "d.jsonl", "--workflow", "eval_flows:Echo", "--backend", "spark")
     assert bad.exit_code == 2
     assert bad.stderr == (
-        "error: --backend (command line): Input should be 'local' or 'ray' (got 'spark')\n"
+        "error: --backend (command line): Input should be 'local', 'processes' or 'ray' (got 'spark')\n"
     )
     zero = cli("eval", "d.jsonl", "--workflow", "eval_flows:Echo", "--ray-batch", "0")
     assert zero.exit_code == 2

@@ -2,7 +2,8 @@
 
 ``local`` runs the user's classes in this process (``LocalBackend``); ``osmosis_ai`` runs
 osmosis_ai classes unchanged (with osmosis_ai's own context objects); ``remote`` has a rollout
-server run them (``--server URL``, needs httptools: ``osmosis-run[remote]``); ``ray`` runs them on a
+server run them (``--server URL``, needs httptools: ``osmosis-run[remote]``); ``processes`` runs
+them in worker processes on this machine (``--backend processes``); ``ray`` runs them on a
 pool of Ray actors (imported only for ``--backend ray``); ``fake`` answers attempts from a
 function, for tests of the engine. ``executor_for(plan)`` picks the one a plan asks for.
 """
@@ -26,8 +27,8 @@ def executor_for(
     endpoint: tuple[str, str | None] | None = None,
     notify: Callable[[str], None] | None = None,
 ) -> Executor:
-    """The executor of a plan: a rollout server's with ``--server``, a Ray actor pool with
-    ``--backend ray``, else the in-process one.
+    """The executor of a plan: a rollout server's with ``--server``, worker processes with
+    ``--backend processes``, a Ray actor pool with ``--backend ray``, else the in-process one.
 
     ``endpoint`` is the model URL and key the rollouts are handed when a gateway runs (its base
     URL and run key), which the Ray actors check they reach and set for their rollouts;
@@ -48,6 +49,10 @@ def executor_for(
         from osmosis_run.backends.ray import RayExecutor  # imports Ray: only when asked for
 
         return RayExecutor.from_plan(plan, endpoint=endpoint, notify=notify)
+    if plan.settings.execution.backend == "processes":
+        from osmosis_run.backends.processes import ProcessExecutor
+
+        return ProcessExecutor.from_plan(plan, endpoint=endpoint, notify=notify)
     if uses_osmosis_ai(plan.local_components()):  # with osmosis_ai's own context objects
         return OsmosisAiExecutor.from_plan(plan)
     return LocalExecutor.from_plan(plan)

@@ -23,12 +23,16 @@ class LocalExecutor:
 
     Args:
         backend: runs the user's workflow and grader.
-        on_grading: told the rollout id when its grader starts (a rollout server reports the
-            ``grading`` status from it).
+        on_grading: told the rollout id and the workflow's result when its grader starts (a
+            rollout server reports the ``grading`` status from it; a worker process tells its
+            runner, which then keeps the sample should the grader have to be killed).
     """
 
     def __init__(
-        self, backend: LocalBackend, *, on_grading: Callable[[str], None] | None = None
+        self,
+        backend: LocalBackend,
+        *,
+        on_grading: Callable[[str, ExecutionResult], None] | None = None,
     ) -> None:
         self.backend = backend
         self.on_grading = on_grading
@@ -88,7 +92,7 @@ class LocalExecutor:
             grader = None
             if backend.grading_applies(request, workflow):
                 if self.on_grading is not None:
-                    self.on_grading(request.id)
+                    self.on_grading(request.id, workflow)
                 if request.grader_timeout_sec is None:  # grade_within's hot case, inline
                     grader = await backend.run_grader(request, workflow)
                 else:

@@ -17,6 +17,7 @@ _RUN = "Execution"
 _OUT = "Output"
 _MODEL = "Model gateway"
 _RAY = "Ray (--backend ray)"
+_PROCESSES = "Worker processes (--backend processes)"
 
 
 def _opt(*names: str, help: str, panel: str = _RUN, **kw: Any) -> Any:  # noqa: A002
@@ -229,8 +230,39 @@ def eval_command(
         str | None,
         _opt(
             "--backend",
-            help="Where rollouts run: local (this process, the default) or ray (an actor pool).",
-            panel=_RAY,
+            metavar="local|processes|ray",
+            help="Where rollouts run: local (this process, the default), processes (worker "
+            "processes on this machine: crash isolation, hard deadlines, every core) or ray "
+            "(an actor pool).",
+            panel=_RUN,
+        ),
+    ] = None,
+    workers: Annotated[
+        str | None,
+        _opt(
+            "--workers",
+            metavar="N",
+            help="Worker processes (default: this machine's CPUs).",
+            panel=_PROCESSES,
+        ),
+    ] = None,
+    max_worker_memory: Annotated[
+        str | None,
+        _opt(
+            "--max-worker-memory",
+            metavar="SIZE",
+            help="A worker whose memory (RSS) passes SIZE (2GiB, 512MiB) is killed and "
+            "replaced; the rollout that did it is recorded as a failure.",
+            panel=_PROCESSES,
+        ),
+    ] = None,
+    worker_recycle: Annotated[
+        str | None,
+        _opt(
+            "--worker-recycle",
+            metavar="N",
+            help="Replace each worker after N rollouts (code that leaks).",
+            panel=_PROCESSES,
         ),
     ] = None,
     ray_address: Annotated[

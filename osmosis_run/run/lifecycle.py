@@ -323,7 +323,11 @@ def _lost(error: AttemptLost, times: int) -> AttemptResult:
     failed = ExecutionResult(
         status=RolloutStatus.FAILURE,
         sample=None,
-        err_message=f"the backend lost this rollout {times} times in a row ({error})",
+        err_message=(
+            f"{error.repeated} {times} times in a row"
+            if error.repeated
+            else f"the backend lost this rollout {times} times in a row ({error})"
+        ),
         err_category=RolloutErrorCategory.AGENT_ERROR,
         extra_fields={"stage": "backend"},
     )

@@ -138,7 +138,19 @@ class AttemptResult:
 
 
 class AttemptLost(Exception):
-    """The backend lost the attempt before it finished; the engine runs it again."""
+    """The backend lost the attempt before it finished; the engine runs it again.
+
+    Args:
+        reason: what happened, in a few words.
+        repeated: how the failure is worded when the rollout is lost ``LOST_LIMIT + 1`` times
+            in a row, followed by "N times in a row" (``"the worker process running this
+            rollout died (SIGSEGV)"``); None: "the backend lost this rollout N times in a row
+            (reason)".
+    """
+
+    def __init__(self, reason: str, *, repeated: str | None = None) -> None:
+        super().__init__(reason)
+        self.repeated = repeated
 
 
 class Deadlines(Protocol):

@@ -404,7 +404,7 @@ class RolloutService:
             rollout_id=init.rollout_id,
         )
 
-    def _grading(self, rollout_id: str) -> None:
+    def _grading(self, rollout_id: str, _workflow: ExecutionResult | None = None) -> None:
         entry = self.table.entries.get(rollout_id)
         if entry is not None:
             self.table.set_status(entry, RolloutStatus.GRADING)

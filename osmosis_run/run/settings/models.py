@@ -178,9 +178,15 @@ class Execution(_Group):
     retries: int = Field(0, ge=0)
     chat_completions_url: str | None = None
     api_key: SecretStr | None = Field(None, repr=False, exclude=True)
-    # Where attempts run (backends/): in this process, or on a Ray actor pool. Not part of the
-    # fingerprint: a run started locally resumes on Ray and back.
-    backend: Literal["local", "ray"] = "local"
+    # Where attempts run (backends/): in this process, in worker processes on this machine, or
+    # on a Ray actor pool. Not part of the fingerprint: a run started locally resumes on
+    # processes or Ray and back.
+    backend: Literal["local", "processes", "ray"] = "local"
+    # --backend processes (backends/processes.py): how many workers (None: the CPU count), the
+    # memory a worker may hold (bytes), after how many rollouts a worker is replaced.
+    workers: int | None = Field(None, ge=1)
+    max_worker_memory: int | None = Field(None, gt=0)
+    worker_recycle: int | None = Field(None, ge=1)
     ray_address: str | None = None
     ray_actors: int | None = Field(None, ge=1)
     ray_actor_cpus: float = Field(0.0, ge=0)
@@ -217,6 +223,12 @@ class Execution(_Group):
         if not sep or scheme.lower() not in ("http", "https") or not rest or "?" in url:
             raise ValueError("must be an http:// or https:// URL, such as http://127.0.0.1:8000")
         return url
+
+    @field_validator("max_worker_memory", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        """A size: ``2GiB``, ``512MiB``, ``1.5GB``, ``800M``, or a whole number of bytes."""
+        return parse_size(value) if isinstance(value, str) else value
 
     @field_validator("ray_batch", mode="before")
     @classmethod
@@ -507,3 +519,57 @@ def _parse_budget(text: str, value: object) -> float | int:
         raise ConfigError(
             f'--max-error-rate "{value}": expected a count (3), a fraction (0.05) or a percentage'
         ) from None
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size written as ``2GiB``, ``512MiB``, ``1.5GB``, ``800M`` or ``1048576``.
+
+    Raises:
+        PydanticCustomError: not a positive size with a known unit.
+    """
+    number = text.strip().replace("_", "")
+    unit = ""
+    while number and number[-1].isalpha():
+        unit = number[-1] + unit
+        number = number[:-1]
+    try:
+        value = float(number.strip())
+        factor = _UNITS[unit.lower()]
+    except (ValueError, KeyError):
+        raise PydanticCustomError(
+            "size", "Input should be a size such as 2GiB, 512MiB or 1.5GB"
+        ) from None
+    if not math.isfinite(value) or value <= 0:
+        raise PydanticCustomError("size", "Input should be a size greater than 0, such as 2GiB")
+    return math.ceil(value * factor)
+
+
+def format_size(size: int) -> str:
+    """A size as people write it: ``2 GiB``, ``512 MiB``, ``1.5 GB``, ``1000 bytes``."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        factor = _UNITS[unit.lower()]
+        if size >= factor and size % (factor // 1024 or 1) == 0:
+            return f"{size / factor:g} {unit}"
+    for unit in ("TB", "GB", "MB", "kB"):
+        factor = _UNITS[unit.lower()]
+        if size >= factor:
+            return f"{size / factor:g} {unit}"
+    return f"{size} bytes"

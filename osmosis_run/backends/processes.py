@@ -1,0 +1,646 @@
+"""Worker processes on this machine (``eval --backend processes``): crash isolation, hard
+deadlines, every core.
+
+Only the execution moves, as with Ray: the dataset, the window, deadlines, retries, metrics and
+the one writer stay in the runner, so the run directory, resume, gates and reports are exactly
+those of a local run (the backend is not part of the fingerprint). ``--workers N`` (default:
+the CPU count) fresh interpreters (``_worker.py``), each in a process group of its own, load the
+workflow and grader once and run many rollouts at once on their own event loops; each writes
+its rollouts' artifacts in place, in the run directory.
+
+``run`` sends an attempt to the least busy worker, over a socket pair: one frame there, one
+back when it ends (and one when its grader starts). What the runner watches, every ``TICK_S``:
+
+- **Crashes.** A worker that dies (SIGSEGV in native code, ``os._exit``, SIGKILL from outside,
+  the OOM killer) loses its in-flight attempts only: each raises ``AttemptLost`` (run again,
+  not counted against ``--retries``), and, since which of them killed it is unknown, each runs
+  again alone on a worker with nothing else in flight: the culprit then dies alone, and a
+  rollout lost ``LOST_LIMIT + 1`` times in a row is recorded as "the worker process running
+  this rollout died (SIGSEGV) 4 times in a row". The worker is replaced.
+- **Hard deadlines.** Each stage of an attempt has its deadline from when the worker started it
+  (``--agent-timeout``, ``--grader-timeout``); the worker cancels it there, as a local run
+  does. Code that does not stop (it never yields: a ``time.sleep``, a C loop) is killed
+  ``HARD_GRACE_S`` later with its worker's whole process group (subprocesses it started
+  included): that rollout is recorded as a ``timeout`` ("killed after not stopping at its
+  deadline"), the worker's other attempts run again as lost ones.
+- **Memory.** With ``--max-worker-memory``, a worker whose resident memory passes it is killed
+  and replaced; a rollout that was alone on it is recorded as a failure ("exceeded
+  --max-worker-memory 2 GiB"), otherwise its attempts run again alone, so the next time the
+  culprit is alone.
+- **Recycling.** With ``--worker-recycle N``, a worker that has run N rollouts takes no more; a
+  fresh one takes its place and the old one stops when its last rollout ends.
+
+Each loss is one line on stderr as it happens, and summary.json's ``backend`` counts them.
+Nothing outlives the run: ``close`` stops the workers (then kills their groups), and should the
+runner itself be killed, each worker's guard process sees the runner's pipe end and kills its
+group (``_worker.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from osmosis_run._construct import construct
+from osmosis_run.backends._worker import HEADER, frame
+from osmosis_run.errors import BackendError, InfrastructureError
+from osmosis_run.run.plan import Plan
+from osmosis_run.run.seam import Attempt, AttemptLost, AttemptResult, Deadlines
+from osmosis_run.run.settings.models import format_size
+from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
+from osmosis_run.sdk.types import (
+    ExecutionOutcome,
+    ExecutionResult,
+    RolloutErrorCategory,
+    RolloutStatus,
+)
+from osmosis_run.store.layout import ROLLOUTS
+
+__all__ = ["HARD_GRACE_S", "ProcessExecutor", "describe_exit"]
+
+# Past a stage's deadline, how long its code gets to stop before its worker is killed. The
+# worker cancels the stage at the deadline; this covers code that yields late.
+HARD_GRACE_S = 2.0
+# How often deadlines and memory are checked.
+TICK_S = 0.1
+MEMORY_EVERY_S = 0.25
+# How long a new worker gets to start and load the workflow.
+READY_TIMEOUT_S = 120.0
+# At the end, how long the workers get to stop before their groups are killed.
+STOP_S = 2.0
+# A replacement worker that cannot start is tried this many times; then its place stays empty,
+# and with no worker left the run stops (exit 4).
+REPLACE_TRIES = 3
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass(eq=False, slots=True)
+class _Call:
+    """One attempt on a worker: what it waits for, and the deadline of the stage it is in."""
+
+    tag: int
+    attempt: Attempt
+    future: asyncio.Future[AttemptResult]
+    stage: str = "workflow"
+    timeout: float | None = None  # the stage's own timeout (seconds)
+    hard: float | None = None  # past it, the worker is killed (monotonic)
+    workflow: ExecutionResult | None = None  # shipped when the grader has a deadline
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One worker process and what it is running."""
+
+    process: asyncio.subprocess.Process
+    link: _Link
+    calls: dict[int, _Call] = field(default_factory=dict)
+    alone: bool = False  # running one rollout that was lost before, and nothing else
+    retiring: bool = False  # --worker-recycle: takes nothing more, stops when idle
+    ended: bool = False  # killed, died or stopped: its calls are settled
+    finished: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class _Link(asyncio.Protocol):
+    """The runner's end of one worker's socket: frames in, handed to the executor."""
+
+    def __init__(self, on_message: Callable[[tuple[Any, ...]], None]) -> None:
+        self.on_message = on_message
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def connection_lost(self, _exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if len(self.buffer) < HEADER.size + size:
+                return
+            message = pickle.loads(self.buffer[HEADER.size : HEADER.size + size])
+            del self.buffer[: HEADER.size + size]
+            self.on_message(message)
+
+    def send(self, message: Any) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame(message))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class ProcessExecutor:
+    """Run attempts on a pool of worker processes (see the module docstring)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        endpoint: tuple[str, str | None] | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
+        """``endpoint``: the model URL and key rollouts are handed (the gateway's), else the
+        run's ``--chat-completions-url`` and ``--api-key``; ``notify``: one line for stderr."""
+        self.plan = plan
+        self.options = options = plan.settings.execution
+        self.count = options.workers or os.cpu_count() or 1
+        self._slots: list[_Worker | None] = []
+        self._retiring: set[_Worker] = set()
+        self._changed = asyncio.Event()
+        self._suspects: set[str] = set()
+        self._tags = itertools.count()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._watch: asyncio.Task[None] | None = None
+        self._broken: InfrastructureError | None = None
+        self._alive: tuple[int, int] | None = None
+        url = options.chat_completions_url or ""
+        self._model_url, self._key = endpoint or (url, options.api_key_value())
+        self._notify = notify
+        self._per_worker: int | None = None
+        self._started = 0
+        self._losses: list[dict[str, Any]] = []
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: Plan,
+        *,
+        endpoint: tuple[str, str | None] | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> ProcessExecutor:
+        """The executor of a plan's ``--workers`` options."""
+        return cls(plan, endpoint=endpoint, notify=notify)
+
+    def stats(self) -> dict[str, Any]:
+        """Workers started and lost, for summary.json's ``backend``."""
+        return {
+            "kind": "processes",
+            "workers": self.count,
+            "started": self._started,
+            "workers_lost": len(self._losses),
+            "rollouts_rerun": sum(loss["rollouts"] for loss in self._losses),
+            "lost": [dict(loss) for loss in self._losses],
+        }
+
+    @property
+    def limit(self) -> int | None:
+        """The workflow config's limit (else 4) per worker, times the workers."""
+        if self._per_worker is None:
+            return None
+        return self.count * self._per_worker
+
+    @property
+    def local_artifacts(self) -> bool:
+        """Always: the workers write into the run directory (same machine)."""
+        return True
+
+    def adopt_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
+        """Nothing to do: the workers make their own directories."""
+
+    # -- getting ready ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Start the workers and wait for each to load the workflow.
+
+        Raises:
+            BackendError: a worker cannot start or load the classes (nothing ran).
+        """
+        config = self.plan.local_components().workflow_config
+        self._per_worker = (
+            config.concurrency.max_concurrent if config is not None else DEFAULT_MAX_CONCURRENT
+        )
+        self._alive = os.pipe()  # the workers' guards watch its read end; only we write
+        self._slots = [None] * self.count
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index in range(self.count):
+                    group.create_task(self._fill(index))
+        except BaseExceptionGroup as failed:
+            await self.close()
+            first: BaseException = failed
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+        except BaseException:
+            await self.close()
+            raise
+        self._watch = asyncio.get_running_loop().create_task(self._watching())
+
+    async def _fill(self, index: int) -> None:
+        self._slots[index] = await self._start()
+        self._changed.set()
+
+    async def _start(self) -> _Worker:
+        """A new worker, ready (classes loaded).
+
+        Raises:
+            BackendError: it died or said why it cannot load them.
+        """
+        assert self._alive is not None
+        ours, theirs = socket.socketpair()
+        alive = self._alive[0]
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "osmosis_run.backends._worker",
+                str(theirs.fileno()),
+                str(alive),
+                pass_fds=(theirs.fileno(), alive),
+                stdin=subprocess.DEVNULL,
+                stdout=2,
+                start_new_session=True,  # a group of its own: killed whole, never by Ctrl-C
+            )
+        finally:
+            theirs.close()
+        ready: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        worker: _Worker | None = None
+
+        def on_message(message: tuple[Any, ...]) -> None:
+            if message[0] == "ready":
+                if not ready.done():
+                    ready.set_result(message[1])
+            elif worker is not None:
+                self._received(worker, message)
+
+        loop = asyncio.get_running_loop()
+        _, link = await loop.create_unix_connection(lambda: _Link(on_message), sock=ours)
+        worker = _Worker(process, link)
+        link.send(("setup", self._spec(), self._key, self.plan.window(self.limit)))
+        try:
+            problem = await asyncio.wait_for(_first(ready, link.closed), READY_TIMEOUT_S)
+        except TimeoutError:
+            self._end(worker)
+            raise BackendError(
+                f"a worker process did not load the workflow within {READY_TIMEOUT_S:g} s"
+            ) from None
+        if not ready.done():  # it died first
+            code = await process.wait()
+            self._end(worker)
+            raise BackendError(
+                f"a worker process could not start: it {describe_exit(code, verb=True)} (its "
+                "error is above)"
+            )
+        if problem is not None:
+            self._end(worker)
+            raise BackendError(f"in a worker process: {problem}")
+        self._started += 1
+        task = loop.create_task(self._until_gone(worker))
+        self._keep(task)
+        return worker
+
+    def _spec(self) -> dict[str, Any]:
+        """What a worker loads: the run's classes, configs and import paths."""
+        run = self.plan.settings.run
+        return {
+            "workflow": run.workflow,
+            "grader": run.grader,
+            "workflow_config": run.workflow_config,
+            "grader_config": run.grader_config,
+            "workflow_config_overrides": run.workflow_config_overrides,
+            "grader_config_overrides": run.grader_config_overrides,
+            "import_paths": run.import_paths,
+            "artifact_root": str((self.plan.run_dir / ROLLOUTS).absolute()),
+        }
+
+    # -- running ---------------------------------------------------------------------
+
+    async def run(self, attempt: Attempt, deadlines: Deadlines) -> AttemptResult:  # noqa: ARG002
+        """Run the attempt on a worker; ``AttemptLost`` if the worker died meanwhile.
+
+        The worker enforces each stage's deadline; one that does not stop is killed here.
+        """
+        request = attempt.request
+        suspect = request.id in self._suspects
+        worker = await self._pick(alone=suspect)
+        tag = next(self._tags)
+        call = _Call(tag, attempt, asyncio.get_running_loop().create_future())
+        self._enter(call, "workflow", request.agent_timeout_sec)
+        worker.calls[tag] = call
+        context = attempt.context
+        worker.link.send(
+            (
+                "run",
+                tag,
+                request,
+                attempt.number,
+                context.chat_completions_url,
+                context.seed,
+                request.grader_timeout_sec is not None,
+            )
+        )
+        try:
+            result = await call.future
+        except asyncio.CancelledError:
+            if worker.calls.pop(tag, None) is not None:
+                worker.link.send(("cancel", tag))
+                self._idle(worker)
+            raise
+        except AttemptLost:
+            self._suspects.add(request.id)
+            raise
+        finally:
+            if suspect:
+                worker.alone = False
+                self._changed.set()
+        self._suspects.discard(request.id)
+        return result
+
+    @staticmethod
+    def _enter(call: _Call, stage: str, timeout: float | None) -> None:
+        call.stage, call.timeout = stage, timeout
+        call.hard = None if timeout is None else time.monotonic() + timeout + HARD_GRACE_S
+
+    async def _pick(self, *, alone: bool) -> _Worker:
+        """The least busy worker, or with ``alone`` an idle one, kept for this call only.
+
+        Raises:
+            InfrastructureError: no worker is left and none can be started.
+        """
+        while True:
+            live = [w for w in self._slots if w is not None and not w.alone and not w.ended]
+            if alone:
+                idle = [w for w in live if not w.calls]
+                if idle:
+                    idle[0].alone = True
+                    return idle[0]
+            elif live:
+                return min(live, key=lambda w: len(w.calls))
+            if self._broken is not None and all(w is None for w in self._slots):
+                raise self._broken
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _received(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+        kind, tag = message[0], message[1]
+        call = worker.calls.get(tag)
+        if call is None:
+            return  # cancelled here meanwhile, or settled when the worker was killed
+        if kind == "grading":
+            call.workflow = message[2]
+            self._enter(call, "grader", call.attempt.request.grader_timeout_sec)
+            return
+        del worker.calls[tag]
+        if kind == "done":
+            outcome, workflow_ms, grader_ms = message[2]
+            call.future.set_result(AttemptResult(outcome, workflow_ms, grader_ms))
+            worker.finished += 1
+        elif kind == "bug":
+            call.future.set_exception(BackendError(f"a worker process raised:\n{message[2]}"))
+        else:  # "cancelled" without being asked: the worker is stopping
+            call.future.set_exception(AttemptLost("its worker process stopped"))
+        self._idle(worker)
+
+    def _idle(self, worker: _Worker) -> None:
+        """A call left the worker: recycle it when due, wake a rollout waiting to run alone."""
+        recycle = self.options.worker_recycle
+        if recycle is not None and worker.finished >= recycle and not worker.retiring:
+            self._retire(worker)
+        if worker.retiring and not worker.calls:
+            worker.link.send(("stop",))
+            self._retiring.discard(worker)
+        if not worker.calls:
+            self._changed.set()
+
+    def _retire(self, worker: _Worker) -> None:
+        """--worker-recycle: the worker takes nothing more; a fresh one takes its place."""
+        worker.retiring = True
+        index = self._slots.index(worker)
+        self._slots[index] = None
+        self._retiring.add(worker)
+        self._keep(asyncio.get_running_loop().create_task(self._replace(index)))
+
+    # -- watching ----------------------------------------------------------------------
+
+    async def _watching(self) -> None:
+        """Kill workers whose code overran its deadline, or whose memory passed the limit."""
+        limit = self.options.max_worker_memory
+        next_memory = 0.0
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            for worker in self._workers():
+                late = [c for c in worker.calls.values() if c.hard is not None and now > c.hard]
+                if late:
+                    self._overran(worker, late[0])
+            if limit is not None and now >= next_memory:
+                next_memory = now + MEMORY_EVERY_S
+                for worker in self._workers():
+                    rss = _rss(worker.pid)
+                    if rss is not None and rss > limit:
+                        self._over_memory(worker, rss, limit)
+
+    def _workers(self) -> list[_Worker]:
+        return [w for w in (*self._slots, *self._retiring) if w is not None and not w.ended]
+
+    def _overran(self, worker: _Worker, late: _Call) -> None:
+        """A stage did not stop at its deadline: the worker goes, that rollout is a timeout."""
+        rollout = late.attempt.request.id
+        seconds = late.timeout or 0.0
+        failed = ExecutionResult(
+            status=RolloutStatus.FAILURE,
+            sample=late.workflow.sample if late.workflow is not None else None,
+            err_message=(
+                f"{late.stage} exceeded its {seconds:g}s deadline and was killed after not "
+                f"stopping at its deadline (its worker process was replaced)"
+            ),
+            err_category=RolloutErrorCategory.TIMEOUT,
+            extra_fields={"stage": late.stage},
+        )
+        if late.stage == "grader" and late.workflow is not None:
+            outcome = construct(ExecutionOutcome, workflow=late.workflow, grader=failed)
+        else:
+            outcome = construct(ExecutionOutcome, workflow=failed, grader=None)
+        del worker.calls[late.tag]
+        late.future.set_result(AttemptResult(outcome, None, None))
+        why = f"the {late.stage} of rollout {rollout} did not stop at its {seconds:g} s deadline"
+        self._lose(worker, why, AttemptLost(f"its worker process was killed: {why}"))
+
+    def _over_memory(self, worker: _Worker, rss: int, limit: int) -> None:
+        """A worker passed --max-worker-memory: killed; a rollout alone on it is the culprit."""
+        said = f"--max-worker-memory {format_size(limit)}"
+        why = f"worker process {worker.pid} exceeded {said} ({format_size(rss)} resident)"
+        if len(worker.calls) == 1:
+            (call,) = worker.calls.values()
+            failed = ExecutionResult(
+                status=RolloutStatus.FAILURE,
+                sample=None,
+                err_message=f"the worker process running this rollout exceeded {said} "
+                f"({format_size(rss)} resident) and was killed",
+                err_category=RolloutErrorCategory.AGENT_ERROR,
+                extra_fields={"stage": call.stage},
+            )
+            worker.calls.clear()
+            call.future.set_result(
+                AttemptResult(construct(ExecutionOutcome, workflow=failed, grader=None), None, None)
+            )
+        lost = AttemptLost(why, repeated=f"the worker process running this rollout exceeded {said}")
+        self._lose(worker, why, lost, suspects=True)
+
+    async def _until_gone(self, worker: _Worker) -> None:
+        """Wait for the worker's socket to close; if nobody ended it, it died: say how."""
+        await worker.link.closed
+        if worker.ended:
+            return
+        code = await worker.process.wait()
+        if worker.ended:
+            return
+        how = describe_exit(code)
+        lost = AttemptLost(
+            f"worker process {worker.pid} died ({how})",
+            repeated=f"the worker process running this rollout died ({how})",
+        )
+        self._lose(worker, f"worker process {worker.pid} died ({how})", lost, suspects=True)
+
+    def _lose(
+        self, worker: _Worker, why: str, lost: AttemptLost, *, suspects: bool = False
+    ) -> None:
+        """End the worker; its attempts run again (alone, if ``suspects``); replace it."""
+        if worker.ended:
+            return
+        calls = list(worker.calls.values())
+        worker.calls.clear()
+        self._end(worker)
+        self._losses.append({"pid": worker.pid, "reason": why, "rollouts": len(calls)})
+        if self._notify is not None:
+            if not calls:
+                again = "it was replaced"
+            else:
+                again = (
+                    "1 rollout runs again"
+                    if len(calls) == 1
+                    else f"{len(calls)} rollouts run again"
+                )
+            self._notify(f"osmosis-run: {why}; {again}")
+        for call in calls:
+            if suspects:
+                self._suspects.add(call.attempt.request.id)
+            call.future.set_exception(lost)
+        if worker in self._retiring:
+            self._retiring.discard(worker)
+        elif worker in self._slots:
+            index = self._slots.index(worker)
+            self._slots[index] = None
+            self._keep(asyncio.get_running_loop().create_task(self._replace(index)))
+        self._changed.set()
+
+    def _end(self, worker: _Worker) -> None:
+        """Kill the worker's process group (its rollouts' subprocesses too); close its link."""
+        worker.ended = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        worker.link.close()
+        self._keep(asyncio.get_running_loop().create_task(_reap(worker.process)))
+
+    async def _replace(self, index: int) -> None:
+        """Start a new worker in a place; after ``REPLACE_TRIES`` failures leave it empty."""
+        last: BackendError | None = None
+        for _ in range(REPLACE_TRIES):
+            try:
+                self._slots[index] = await self._start()
+            except BackendError as exc:
+                last = exc
+                continue
+            self._changed.set()
+            return
+        if all(w is None for w in self._slots):
+            self._broken = InfrastructureError(
+                f"every worker process was lost and none could be started again ({last})"
+            )
+        self._changed.set()
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        """Stop the workers (their groups killed after ``STOP_S``); nothing outlives the run."""
+        if self._watch is not None:
+            self._watch.cancel()
+        workers = self._workers()
+        await _stop(workers)
+        for worker in workers:
+            for call in worker.calls.values():
+                if not call.future.done():
+                    call.future.set_exception(AttemptLost("the run is closing"))
+            worker.calls.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=STOP_S)
+        if self._alive is not None:
+            for fd in self._alive:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._alive = None
+        self._slots = []
+        self._retiring.clear()
+
+
+async def _stop(workers: list[_Worker]) -> None:
+    """Ask each worker to stop; kill the groups of those still running after ``STOP_S``."""
+    for worker in workers:
+        worker.ended = True
+        worker.link.send(("stop",))
+    if workers:
+        await asyncio.wait([asyncio.ensure_future(_reap(w.process, STOP_S)) for w in workers])
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        worker.link.close()
+
+
+async def _first(ready: asyncio.Future[str | None], closed: asyncio.Future[None]) -> str | None:
+    """The worker's "ready" answer, or None as soon as its socket closed first."""
+    waits: list[asyncio.Future[Any]] = [ready, closed]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    return ready.result() if ready.done() else None
+
+
+async def _reap(process: asyncio.subprocess.Process, seconds: float = 10.0) -> None:
+    """Collect a worker's exit status within ``seconds`` (no zombie is left)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), seconds)
+
+
+def _rss(pid: int) -> int | None:
+    """A process's resident memory in bytes (Linux's /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def describe_exit(code: int, *, verb: bool = False) -> str:
+    """A process's end in words: ``SIGSEGV``, ``exit code 3`` (``verb``: "was killed by
+    SIGSEGV", "exited with code 3")."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}" if verb else name
+    return f"exited with code {code}" if verb else f"exit code {code}"
