@@ -52,7 +52,7 @@ def executor_for(
     if plan.settings.execution.backend == "processes":
         from osmosis_run.backends.processes import ProcessExecutor
 
-        return ProcessExecutor.from_plan(plan, endpoint=endpoint, notify=notify)
+        return ProcessExecutor.from_plan(plan, notify=notify)
     if uses_osmosis_ai(plan.local_components()):  # with osmosis_ai's own context objects
         return OsmosisAiExecutor.from_plan(plan)
     return LocalExecutor.from_plan(plan)

@@ -8,14 +8,15 @@ are this package, on this machine, over a pipe nobody else holds.
 
 The runner says:
 
-- ``("setup", spec, key, window)``: load the workflow and grader (``spec``: the run's settings
-  fields), set the key rollouts are handed as ``OSMOSIS_API_KEY``; answered ``("ready",
+- ``("setup", spec, root, window)``: load the workflow and grader (``spec``: the run's settings
+  fields), artifacts under ``root``, threads for ``window`` rollouts; answered ``("ready",
   problem)``, ``problem`` None or one line;
-- ``("run", tag, request, number, url, seed, ship)``: run one attempt, in place (artifacts in
-  the run directory, as a local run writes them); answered ``("grading", tag, workflow)``
-  when its grader starts (the workflow's result when ``ship``, so that the runner keeps the
-  sample should it have to kill the grader), then ``("done", tag, (outcome, workflow_ms,
-  grader_ms))``, or ``("bug", tag, traceback)`` when osmosis-run itself raised;
+- ``("run", tag, request, number, url, key, seed, ship)``: run one attempt with that model
+  endpoint, in place (artifacts in the run directory, as a local run writes them); answered
+  ``("grading", tag, workflow)`` when its grader starts (the workflow's result when ``ship``,
+  so that the runner keeps the sample should it have to kill the grader), then ``("done",
+  tag, (outcome, workflow_ms, grader_ms))``, or ``("bug", tag, traceback)`` when osmosis-run
+  itself raised;
 - ``("cancel", tag)``: cancel that attempt (a Ctrl-C, a deadline of the runner's); answered
   ``("cancelled", tag)`` once it has stopped;
 - ``("stop",)``: cancel everything and exit.
@@ -149,8 +150,8 @@ class _Worker(asyncio.Protocol):
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "run":
-            _, tag, request, number, url, seed, ship = message
-            task = self.loop.create_task(self.run(tag, request, number, url, seed, ship))
+            _, tag, request, number, url, key, seed, ship = message
+            task = self.loop.create_task(self.run(tag, request, number, (url, key, seed), ship))
             self.tasks[tag] = task
         elif kind == "cancel":
             running = self.tasks.get(message[1])
@@ -161,7 +162,7 @@ class _Worker(asyncio.Protocol):
         elif kind == "stop" and not self.done.done():
             self.done.set_result(None)
 
-    def setup(self, spec: dict[str, Any], key: str | None, window: int | None) -> str | None:
+    def setup(self, spec: dict[str, Any], root: str, window: int | None) -> str | None:
         """Load the classes (None), or say why not in one line."""
         from osmosis_run.backends.local import LocalExecutor
         from osmosis_run.backends.osmosis_ai import backend_for
@@ -171,9 +172,6 @@ class _Worker(asyncio.Protocol):
         from osmosis_run.run.settings import EvalSettings
         from osmosis_run.run.threads import WorkerThreads, default_size
 
-        if key:
-            os.environ["OSMOSIS_API_KEY"] = key
-        root = spec.pop("artifact_root")
         try:
             components = load_components(EvalSettings.model_validate(spec))
         except OsmosisRunError as exc:
@@ -193,12 +191,15 @@ class _Worker(asyncio.Protocol):
             self.send(("grading", tag, workflow if rollout_id in self._ship else None))
 
     async def run(
-        self, tag: int, request: Any, number: int, url: str, seed: Any, ship: bool
+        self, tag: int, request: Any, number: int, endpoint: tuple[str, Any, Any], ship: bool
     ) -> None:
         from osmosis_run.run.seam import Attempt
         from osmosis_run.sdk.context import RolloutContext
 
-        context = RolloutContext(chat_completions_url=url, rollout_id=request.id, seed=seed)
+        url, key, seed = endpoint
+        context = RolloutContext(
+            chat_completions_url=url, api_key=key, rollout_id=request.id, seed=seed
+        )
         self._tags[request.id] = tag
         if ship:
             self._ship.add(request.id)

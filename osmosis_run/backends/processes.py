@@ -57,7 +57,7 @@ from osmosis_run.backends._worker import HEADER, frame
 from osmosis_run.errors import BackendError, InfrastructureError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Attempt, AttemptLost, AttemptResult, Deadlines
-from osmosis_run.run.settings.models import format_size
+from osmosis_run.run.settings.models import RunSpec, format_size
 from osmosis_run.sdk.backend import DEFAULT_MAX_CONCURRENT
 from osmosis_run.sdk.types import (
     ExecutionOutcome,
@@ -67,7 +67,7 @@ from osmosis_run.sdk.types import (
 )
 from osmosis_run.store.layout import ROLLOUTS
 
-__all__ = ["HARD_GRACE_S", "ProcessExecutor", "describe_exit"]
+__all__ = ["HARD_GRACE_S", "Pool", "ProcessExecutor", "describe_exit", "load_spec"]
 
 # Past a stage's deadline, how long its code gets to stop before its worker is killed. The
 # worker cancels the stage at the deadline; this covers code that yields late.
@@ -151,21 +151,84 @@ class _Link(asyncio.Protocol):
             self.transport.close()
 
 
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """What a pool of workers runs, and how.
+
+    Attributes:
+        load: the settings fields a worker loads the classes from (``workflow``, ``grader``,
+            their configs and overrides, ``import_paths``).
+        artifact_root: where rollouts write their artifacts (``<root>/<rollout id>/artifacts``).
+        workers: how many worker processes.
+        per_worker: rollouts a worker runs at once by default (the pool's ``limit`` is that
+            times the workers).
+        window: the run's rollouts in flight (None: no limit), which sizes each worker's
+            threads for ``asyncio.to_thread``.
+        max_memory: bytes of resident memory a worker may hold (None: no limit).
+        recycle: rollouts after which a worker is replaced (None: never).
+    """
+
+    load: dict[str, Any]
+    artifact_root: str
+    workers: int
+    per_worker: int
+    window: int | None = None
+    max_memory: int | None = None
+    recycle: int | None = None
+
+    @classmethod
+    def of_plan(cls, plan: Plan) -> Pool:
+        """The pool of a plan's ``--workers`` options and classes."""
+        run, e = plan.settings.run, plan.settings.execution
+        config = plan.local_components().workflow_config
+        workers = e.workers or os.cpu_count() or 1
+        per_worker = (
+            config.concurrency.max_concurrent if config is not None else DEFAULT_MAX_CONCURRENT
+        )
+        limit = None if per_worker is None else workers * per_worker
+        return cls(
+            load=load_spec(run),
+            artifact_root=str((plan.run_dir / ROLLOUTS).absolute()),
+            workers=workers,
+            per_worker=per_worker or 0,
+            window=plan.window(limit),
+            max_memory=e.max_worker_memory,
+            recycle=e.worker_recycle,
+        )
+
+
+def load_spec(run: RunSpec) -> dict[str, Any]:
+    """What a worker loads: the classes, configs and import paths of these settings."""
+    return {
+        "workflow": run.workflow,
+        "grader": run.grader,
+        "workflow_config": run.workflow_config,
+        "grader_config": run.grader_config,
+        "workflow_config_overrides": run.workflow_config_overrides,
+        "grader_config_overrides": run.grader_config_overrides,
+        "import_paths": run.import_paths,
+    }
+
+
 class ProcessExecutor:
-    """Run attempts on a pool of worker processes (see the module docstring)."""
+    """Run attempts on a pool of worker processes (see the module docstring).
+
+    Args:
+        pool: what the workers load, how many, their limits.
+        notify: one line for stderr, as it happens (a lost worker).
+        on_grading: told the rollout id when its grader starts (a rollout server reports the
+            ``grading`` status from it).
+    """
 
     def __init__(
         self,
-        plan: Plan,
+        pool: Pool,
         *,
-        endpoint: tuple[str, str | None] | None = None,
         notify: Callable[[str], None] | None = None,
+        on_grading: Callable[[str, ExecutionResult | None], None] | None = None,
     ) -> None:
-        """``endpoint``: the model URL and key rollouts are handed (the gateway's), else the
-        run's ``--chat-completions-url`` and ``--api-key``; ``notify``: one line for stderr."""
-        self.plan = plan
-        self.options = options = plan.settings.execution
-        self.count = options.workers or os.cpu_count() or 1
+        self.pool = pool
+        self.count = pool.workers
         self._slots: list[_Worker | None] = []
         self._retiring: set[_Worker] = set()
         self._changed = asyncio.Event()
@@ -175,23 +238,17 @@ class ProcessExecutor:
         self._watch: asyncio.Task[None] | None = None
         self._broken: InfrastructureError | None = None
         self._alive: tuple[int, int] | None = None
-        url = options.chat_completions_url or ""
-        self._model_url, self._key = endpoint or (url, options.api_key_value())
         self._notify = notify
-        self._per_worker: int | None = None
+        self._on_grading = on_grading
         self._started = 0
         self._losses: list[dict[str, Any]] = []
 
     @classmethod
     def from_plan(
-        cls,
-        plan: Plan,
-        *,
-        endpoint: tuple[str, str | None] | None = None,
-        notify: Callable[[str], None] | None = None,
+        cls, plan: Plan, *, notify: Callable[[str], None] | None = None
     ) -> ProcessExecutor:
         """The executor of a plan's ``--workers`` options."""
-        return cls(plan, endpoint=endpoint, notify=notify)
+        return cls(Pool.of_plan(plan), notify=notify)
 
     def stats(self) -> dict[str, Any]:
         """Workers started and lost, for summary.json's ``backend``."""
@@ -206,10 +263,9 @@ class ProcessExecutor:
 
     @property
     def limit(self) -> int | None:
-        """The workflow config's limit (else 4) per worker, times the workers."""
-        if self._per_worker is None:
-            return None
-        return self.count * self._per_worker
+        """The workflow config's limit (else 4) per worker, times the workers (None: the
+        config says no limit)."""
+        return self.count * self.pool.per_worker or None
 
     @property
     def local_artifacts(self) -> bool:
@@ -227,10 +283,6 @@ class ProcessExecutor:
         Raises:
             BackendError: a worker cannot start or load the classes (nothing ran).
         """
-        config = self.plan.local_components().workflow_config
-        self._per_worker = (
-            config.concurrency.max_concurrent if config is not None else DEFAULT_MAX_CONCURRENT
-        )
         self._alive = os.pipe()  # the workers' guards watch its read end; only we write
         self._slots = [None] * self.count
         try:
@@ -288,7 +340,8 @@ class ProcessExecutor:
         loop = asyncio.get_running_loop()
         _, link = await loop.create_unix_connection(lambda: _Link(on_message), sock=ours)
         worker = _Worker(process, link)
-        link.send(("setup", self._spec(), self._key, self.plan.window(self.limit)))
+        pool = self.pool
+        link.send(("setup", pool.load, pool.artifact_root, pool.window))
         try:
             problem = await asyncio.wait_for(_first(ready, link.closed), READY_TIMEOUT_S)
         except TimeoutError:
@@ -310,20 +363,6 @@ class ProcessExecutor:
         task = loop.create_task(self._until_gone(worker))
         self._keep(task)
         return worker
-
-    def _spec(self) -> dict[str, Any]:
-        """What a worker loads: the run's classes, configs and import paths."""
-        run = self.plan.settings.run
-        return {
-            "workflow": run.workflow,
-            "grader": run.grader,
-            "workflow_config": run.workflow_config,
-            "grader_config": run.grader_config,
-            "workflow_config_overrides": run.workflow_config_overrides,
-            "grader_config_overrides": run.grader_config_overrides,
-            "import_paths": run.import_paths,
-            "artifact_root": str((self.plan.run_dir / ROLLOUTS).absolute()),
-        }
 
     # -- running ---------------------------------------------------------------------
 
@@ -347,6 +386,7 @@ class ProcessExecutor:
                 request,
                 attempt.number,
                 context.chat_completions_url,
+                context.api_key,
                 context.seed,
                 request.grader_timeout_sec is not None,
             )
@@ -401,6 +441,8 @@ class ProcessExecutor:
         if kind == "grading":
             call.workflow = message[2]
             self._enter(call, "grader", call.attempt.request.grader_timeout_sec)
+            if self._on_grading is not None:
+                self._on_grading(call.attempt.request.id, call.workflow)
             return
         del worker.calls[tag]
         if kind == "done":
@@ -415,7 +457,7 @@ class ProcessExecutor:
 
     def _idle(self, worker: _Worker) -> None:
         """A call left the worker: recycle it when due, wake a rollout waiting to run alone."""
-        recycle = self.options.worker_recycle
+        recycle = self.pool.recycle
         if recycle is not None and worker.finished >= recycle and not worker.retiring:
             self._retire(worker)
         if worker.retiring and not worker.calls:
@@ -436,7 +478,7 @@ class ProcessExecutor:
 
     async def _watching(self) -> None:
         """Kill workers whose code overran its deadline, or whose memory passed the limit."""
-        limit = self.options.max_worker_memory
+        limit = self.pool.max_memory
         next_memory = 0.0
         while True:
             await asyncio.sleep(TICK_S)
