@@ -8,8 +8,9 @@ are this package, on this machine, over a pipe nobody else holds.
 
 The runner says:
 
-- ``("setup", spec, root, window)``: load the workflow and grader (``spec``: the run's settings
-  fields), artifacts under ``root``, threads for ``window`` rollouts; answered ``("ready",
+- ``("setup", spec, root, window, path)``: load the workflow and grader (``spec``: the run's
+  settings fields) with the runner's ``sys.path``, artifacts under ``root``, threads for
+  ``window`` rollouts; answered ``("ready",
   problem)``, ``problem`` None or one line;
 - ``("run", tag, request, number, url, key, seed, ship)``: run one attempt with that model
   endpoint, in place (artifacts in the run directory, as a local run writes them); answered
@@ -162,8 +163,14 @@ class _Worker(asyncio.Protocol):
         elif kind == "stop" and not self.done.done():
             self.done.set_result(None)
 
-    def setup(self, spec: dict[str, Any], root: str, window: int | None) -> str | None:
-        """Load the classes (None), or say why not in one line."""
+    def setup(
+        self, spec: dict[str, Any], root: str, window: int | None, path: list[str]
+    ) -> str | None:
+        """Load the classes (None), or say why not in one line.
+
+        ``path`` is the runner's ``sys.path``: what it imports, this process imports.
+        """
+        sys.path[:] = path
         from osmosis_run.backends.local import LocalExecutor
         from osmosis_run.backends.osmosis_ai import backend_for
         from osmosis_run.errors import OsmosisRunError

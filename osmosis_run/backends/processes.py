@@ -108,7 +108,7 @@ class _Worker:
     alone: bool = False  # running one rollout that was lost before, and nothing else
     retiring: bool = False  # --worker-recycle: takes nothing more, stops when idle
     ended: bool = False  # killed, died or stopped: its calls are settled
-    finished: int = 0
+    taken: int = 0  # rollouts sent to it
 
     @property
     def pid(self) -> int:
@@ -341,7 +341,7 @@ class ProcessExecutor:
         _, link = await loop.create_unix_connection(lambda: _Link(on_message), sock=ours)
         worker = _Worker(process, link)
         pool = self.pool
-        link.send(("setup", pool.load, pool.artifact_root, pool.window))
+        link.send(("setup", pool.load, pool.artifact_root, pool.window, sys.path))
         try:
             problem = await asyncio.wait_for(_first(ready, link.closed), READY_TIMEOUT_S)
         except TimeoutError:
@@ -378,6 +378,9 @@ class ProcessExecutor:
         call = _Call(tag, attempt, asyncio.get_running_loop().create_future())
         self._enter(call, "workflow", request.agent_timeout_sec)
         worker.calls[tag] = call
+        worker.taken += 1
+        if self.pool.recycle is not None and worker.taken >= self.pool.recycle:
+            self._retire(worker)  # this one is its last
         context = attempt.context
         worker.link.send(
             (
@@ -448,7 +451,6 @@ class ProcessExecutor:
         if kind == "done":
             outcome, workflow_ms, grader_ms = message[2]
             call.future.set_result(AttemptResult(outcome, workflow_ms, grader_ms))
-            worker.finished += 1
         elif kind == "bug":
             call.future.set_exception(BackendError(f"a worker process raised:\n{message[2]}"))
         else:  # "cancelled" without being asked: the worker is stopping
@@ -456,13 +458,11 @@ class ProcessExecutor:
         self._idle(worker)
 
     def _idle(self, worker: _Worker) -> None:
-        """A call left the worker: recycle it when due, wake a rollout waiting to run alone."""
-        recycle = self.pool.recycle
-        if recycle is not None and worker.finished >= recycle and not worker.retiring:
-            self._retire(worker)
-        if worker.retiring and not worker.calls:
-            worker.link.send(("stop",))
+        """A call left the worker: a retiring one stops once idle; wake a rollout waiting to
+        run alone."""
+        if worker.retiring and not worker.calls and not worker.ended:
             self._retiring.discard(worker)
+            self._keep(asyncio.get_running_loop().create_task(_stop([worker])))
         if not worker.calls:
             self._changed.set()
 

@@ -246,25 +246,8 @@ def eval_command(
             panel=_PROCESSES,
         ),
     ] = None,
-    max_worker_memory: Annotated[
-        str | None,
-        _opt(
-            "--max-worker-memory",
-            metavar="SIZE",
-            help="A worker whose memory (RSS) passes SIZE (2GiB, 512MiB) is killed and "
-            "replaced; the rollout that did it is recorded as a failure.",
-            panel=_PROCESSES,
-        ),
-    ] = None,
-    worker_recycle: Annotated[
-        str | None,
-        _opt(
-            "--worker-recycle",
-            metavar="N",
-            help="Replace each worker after N rollouts (code that leaks).",
-            panel=_PROCESSES,
-        ),
-    ] = None,
+    max_worker_memory: Annotated[str | None, options.max_worker_memory(panel=_PROCESSES)] = None,
+    worker_recycle: Annotated[str | None, options.worker_recycle(panel=_PROCESSES)] = None,
     ray_address: Annotated[
         str | None,
         _opt(

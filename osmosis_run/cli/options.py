@@ -145,6 +145,30 @@ def resolve(values: dict[str, Any], config: Path | None) -> EvalSettings:
     return resolve_settings(values, config_file=config)
 
 
+# The limits of worker processes, which eval (--backend processes) and serve (--workers) share.
+
+
+def max_worker_memory(*, panel: str) -> Any:
+    """``--max-worker-memory SIZE``."""
+    return opt(
+        "--max-worker-memory",
+        metavar="SIZE",
+        help="A worker whose memory (RSS) passes SIZE (2GiB, 512MiB) is killed and replaced; "
+        "the rollout that did it is recorded as a failure.",
+        panel=panel,
+    )
+
+
+def worker_recycle(*, panel: str) -> Any:
+    """``--worker-recycle N``."""
+    return opt(
+        "--worker-recycle",
+        metavar="N",
+        help="Replace each worker after N rollouts (code that leaks).",
+        panel=panel,
+    )
+
+
 # Options that `grade` shares with `eval` (same names and sentences).
 Concurrency = Annotated[
     str | None,

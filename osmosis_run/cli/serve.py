@@ -5,6 +5,12 @@ config, the model gateway's preflight, the port, the run directory), each as one
 code 2. SIGINT and SIGTERM stop it gracefully: admissions get 503, polls in flight are answered,
 rollouts in flight drain (then are cancelled), the run directory gets its summary, the model
 gateway (``--chat-completions-url``) closes, and the command exits 0.
+
+With ``--workers N`` the served rollouts run in N worker processes (eval's ``--backend
+processes``: crash isolation, hard deadlines, ``--max-worker-memory``, ``--worker-recycle``);
+serve has no ``--backend`` of its own, since processes are the one other place it runs them. The
+workers load the workflow by the paths serve loaded it from, and are ready before the first
+line: one that cannot is one line and exit code 2 too. A lost worker is one line on stderr.
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ if TYPE_CHECKING:
     import uvicorn
 
     from osmosis_run.gateway.host import Gateway
+    from osmosis_run.run.settings import EvalSettings
     from osmosis_run.sdk.backend import LocalBackend
+    from osmosis_run.server.service import Workers
     from osmosis_run.server.settings import ServeSettings
 
 _SERVE = "Server"
 _MODEL = "Model gateway (with --chat-completions-url)"
+_WORKERS = "Worker processes (with --workers)"
+_PREFIX = "osmosis-run serve: "
 _COMPONENTS = ("workflow", "grader", "workflow_config", "grader_config")
 SERVE_HELP = (
     "Exit codes: 0 served and stopped on SIGINT or SIGTERM; 2 the workflow, a config or the "
@@ -194,10 +204,23 @@ def serve_command(
         _opt(
             "--gateway-host",
             help="Address the gateway listens on and gives rollouts (default 127.0.0.1: the "
-            "served rollouts run in this process).",
+            "served rollouts run on this machine).",
             panel=_MODEL,
         ),
     ] = None,
+    workers: Annotated[
+        str | None,
+        _opt(
+            "--workers",
+            metavar="N",
+            help="Run the rollouts in N worker processes (default: none, in the server's "
+            "process): a crash loses only its worker's rollouts, deadlines hold for code that "
+            "never yields.",
+            panel=_WORKERS,
+        ),
+    ] = None,
+    max_worker_memory: Annotated[str | None, options.max_worker_memory(panel=_WORKERS)] = None,
+    worker_recycle: Annotated[str | None, options.worker_recycle(panel=_WORKERS)] = None,
 ) -> None:
     """Serve a workflow (and grader) over the rollout protocol, recording every rollout.
 
@@ -216,7 +239,7 @@ def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path 
     from osmosis_run.errors import OsmosisRunError
 
     try:
-        settings, backend, pass_threshold = _prepare(components, serving, config)
+        settings, backend, served = _prepare(components, serving, config)
         server_module = _import_server()
         run_dir = Path(settings.out) if settings.out else server_module.default_run_dir()
         gateway = _gateway(settings, run_dir)
@@ -224,7 +247,7 @@ def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path 
         print_error(exc)
         return exit_codes.USAGE
     try:
-        return _run(server_module, settings, backend, pass_threshold, run_dir, gateway)
+        return _run(server_module, settings, backend, served, run_dir, gateway)
     finally:
         if gateway is not None:
             gateway.close()  # after the server stopped: its rollouts have drained
@@ -234,11 +257,15 @@ def _run(
     server_module: Any,
     settings: ServeSettings,
     backend: LocalBackend,
-    pass_threshold: float,
+    served: EvalSettings,
     run_dir: Path,
     gateway: Gateway | None,
 ) -> int:
-    """Listen, build the app (the run directory opened), serve; return the exit code."""
+    """Listen, build the app (the run directory opened), serve; return the exit code.
+
+    ``served`` holds what the served classes were loaded from (the workers load it too) and
+    the run's pass threshold.
+    """
     from osmosis_run.cli.messages import print_error
     from osmosis_run.errors import OsmosisRunError
 
@@ -258,9 +285,10 @@ def _run(
             api_key=settings.api_key_value(),
             out=run_dir,
             concurrency=settings.limit(),
-            pass_threshold=pass_threshold,
+            pass_threshold=served.after.pass_threshold,  # the run's, as eval's
             gateway=gateway,
             secrets=(upstream_key,) if upstream_key else (),
+            workers=_workers(settings, served),
         )
     except (OsmosisRunError, ValueError) as exc:
         listener.close()
@@ -287,13 +315,35 @@ def _gateway(settings: ServeSettings, run_dir: Path) -> Gateway | None:
     )
 
 
+def _workers(settings: ServeSettings, served: EvalSettings) -> Workers | None:
+    """The worker processes of ``--workers N`` (None: the rollouts run in this process)."""
+    if settings.workers is None:
+        return None
+    from osmosis_run.backends.processes import load_spec
+    from osmosis_run.server.service import Workers
+
+    return Workers(
+        load=load_spec(served.run),
+        count=settings.workers,
+        max_memory=settings.max_worker_memory,
+        recycle=settings.worker_recycle,
+        notify=_say_lost,
+    )
+
+
+def _say_lost(line: str) -> None:
+    """A lost worker's line (``osmosis-run: worker process 4242 died (SIGSEGV); ...``), in
+    serve's words as its other lines."""
+    err.print(_PREFIX + line.removeprefix("osmosis-run: "), markup=False)
+
+
 class _Unusable(Exception):
     """Something the server needs is not there (the extra, the port)."""
 
 
 def _prepare(
     components: dict[str, Any], serving: dict[str, Any], config: Path | None
-) -> tuple[ServeSettings, LocalBackend, float]:
+) -> tuple[ServeSettings, LocalBackend, EvalSettings]:
     from osmosis_run.backends.osmosis_ai import backend_for
     from osmosis_run.run.components import load_components
     from osmosis_run.server.settings import resolve_serve_settings
@@ -302,7 +352,7 @@ def _prepare(
     settings = resolve_serve_settings(serving, config_file=config)
     parts = load_components(eval_settings)
     backend = backend_for(parts)  # osmosis_ai classes get osmosis_ai's own objects
-    return settings, backend, eval_settings.after.pass_threshold  # the run's, as eval's
+    return settings, backend, eval_settings
 
 
 def _import_server() -> Any:
@@ -372,20 +422,32 @@ def _uvicorn_server(app: Any, settings: ServeSettings) -> uvicorn.Server:
     return Server(config)
 
 
-def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
-    """Run uvicorn on the socket until SIGINT or SIGTERM; then stop gracefully."""
-    from osmosis_run.cli.process import Interrupts, run_loop
-
-    service = app.state.rollouts
+def _say_serving(listener: socket.socket, settings: ServeSettings, run_dir: Path) -> None:
+    """The first lines: where it listens and records, then the gateway and the workers."""
     host, port = listener.getsockname()[:2]
-    err.print(f"osmosis-run serve: listening on {_url(host, port)}", markup=False)
-    err.print(f"osmosis-run serve: recording to {service.run_dir}", markup=False)
+    err.print(f"{_PREFIX}listening on {_url(host, port)}", markup=False)
+    err.print(f"{_PREFIX}recording to {run_dir}", markup=False)
     if settings.chat_completions_url is not None:
         err.print(
-            f"osmosis-run serve: model gateway to {settings.chat_completions_url}: the served "
+            f"{_PREFIX}model gateway to {settings.chat_completions_url}: the served "
             "rollouts' model calls are counted and recorded",
             markup=False,
         )
+    if settings.workers is not None:
+        err.print(
+            f"{_PREFIX}running the rollouts in {settings.workers} worker process(es)",
+            markup=False,
+        )
+
+
+def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
+    """Start the workers (if any), run uvicorn on the socket until SIGINT or SIGTERM; then
+    stop gracefully."""
+    from osmosis_run.cli.messages import print_error
+    from osmosis_run.cli.process import Interrupts, run_loop
+    from osmosis_run.errors import OsmosisRunError
+
+    service = app.state.rollouts
     server = _uvicorn_server(app, settings)
 
     def stop() -> None:
@@ -407,7 +469,16 @@ def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
     async def main() -> None:
         service.on_recording_failed = recording_failed
         with Interrupts() as interrupts, interrupts.stopping(stop):
-            await server.serve(sockets=[listener])
+            try:  # here, not in the app's lifespan: a worker that cannot load is one line
+                await service.open_executor()
+            except OsmosisRunError as exc:
+                print_error(exc)
+                return
+            try:
+                _say_serving(listener, settings, service.run_dir)
+                await server.serve(sockets=[listener])
+            finally:  # the lifespan stopped them, unless it did not run
+                await service.close_executor()
 
     run_loop(main(), concurrency=service.concurrency, who="osmosis-run serve")
     if not server.started:

@@ -48,6 +48,7 @@ from osmosis_run.server.service import (
     DEFAULT_RESULT_RETENTION_SEC,
     DEFAULT_RESULT_WAIT_TIMEOUT_SEC,
     RolloutService,
+    Workers,
 )
 
 __all__ = ["create_rollout_server", "default_run_dir"]
@@ -91,6 +92,7 @@ def create_rollout_server(
     pass_threshold: float = 1.0,
     gateway: ModelGateway | None = None,
     secrets: tuple[str, ...] = (),
+    workers: Workers | None = None,
 ) -> Starlette:
     """Build the ASGI app that serves ``backend`` over the rollout protocol "0.4".
 
@@ -116,11 +118,15 @@ def create_rollout_server(
             (``osmosis-run serve --chat-completions-url``); its run key is never written. The
             caller closes it once the server has stopped.
         secrets: more strings never written to the run directory (the gateway's upstream key).
+        workers: run the rollouts in worker processes (``osmosis-run serve --workers N``),
+            started with the server's lifespan and stopped with it; ``concurrency`` stays the
+            limit of rollouts executing at once, over all of them.
 
     Raises:
         ValueError: a timing is invalid, or ``api_key`` is blank.
         TypeError: ``backend`` is not a ``LocalBackend``.
         RunDirError: the run directory cannot be used.
+        BackendError: (in the lifespan) a worker process cannot start or load the classes.
     """
     if api_key is not None and not api_key.strip():
         raise ValueError("api_key must be non-empty when provided")
@@ -141,6 +147,7 @@ def create_rollout_server(
         secrets=(*((api_key,) if api_key else ()), *secrets),
         pass_threshold=pass_threshold,
         gateway=gateway,
+        workers=workers,
     )
 
     @asynccontextmanager

@@ -22,6 +22,15 @@ cancellation, or a lease that ran out (``failure`` / ``lease_expired``: the resu
 once, and the execution is cancelled). A cancelled rollout whose code ignores its cancellation
 is given its ``cancelled`` result after ``abandon_grace_s`` and left to itself.
 
+With worker processes (``Workers``, ``osmosis-run serve --workers N``), the attempts run on
+``ProcessExecutor`` (``backends/processes.py``), as ``eval --backend processes`` runs them: a
+worker that dies loses only its rollouts in flight (they run again alone; one that kills its
+worker 4 times in a row fails), a stage that does not stop at its deadline is killed with its
+worker (a ``timeout``), and ``--max-worker-memory`` / ``--worker-recycle`` hold. The server's
+window stays the limit of rollouts executing at once; each worker writes its rollouts'
+artifacts into the run directory, and the ``grading`` status comes back from the worker. The
+workers start in ``start`` (or earlier, ``open_executor``) and stop in ``shutdown``.
+
 Stopping (``shutdown``): admissions stop (503), rollouts in flight get ``drain_s`` to finish,
 then they are cancelled and get ``cleanup_s`` more; what finished is on disk with the summary.
 """
@@ -34,12 +43,14 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from osmosis_run import _redact
 from osmosis_run._construct import construct
 from osmosis_run.backends.local import LocalExecutor
+from osmosis_run.backends.processes import Pool, ProcessExecutor
 from osmosis_run.errors import FingerprintMismatchError, InfrastructureError, RunDirError
 from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.run.dataset import Row
@@ -73,6 +84,7 @@ __all__ = [
     "DEFAULT_RESULT_RETENTION_SEC",
     "DEFAULT_RESULT_WAIT_TIMEOUT_SEC",
     "RolloutService",
+    "Workers",
     "check_timings",
 ]
 
@@ -84,6 +96,26 @@ DEFAULT_RESULT_RETENTION_SEC = 900.0
 DRAIN_S = 10.0
 CLEANUP_S = 120.0
 RETRY_AFTER_S = "5"
+
+
+@dataclass(frozen=True, slots=True)
+class Workers:
+    """Run the served rollouts in worker processes (``osmosis-run serve --workers N``).
+
+    Attributes:
+        load: what each worker loads, by path (``backends.processes.load_spec`` of the
+            settings the served classes were loaded from).
+        count: how many worker processes.
+        max_memory: bytes of resident memory a worker may hold (None: no limit).
+        recycle: rollouts after which a worker is replaced (None: never).
+        notify: one line for stderr as it happens (a lost worker).
+    """
+
+    load: dict[str, Any]
+    count: int
+    max_memory: int | None = None
+    recycle: int | None = None
+    notify: Callable[[str], None] | None = None
 
 
 def check_timings(*, wait_s: float, lease_s: float, retention_s: float) -> None:
@@ -121,11 +153,14 @@ class RolloutService:
             ``pass_threshold``).
         executor: runs each attempt (default: ``LocalExecutor`` over ``backend``, which
             reports the ``grading`` status; tests pass ``FakeExecutor``).
+        workers: run each attempt in these worker processes instead (``ProcessExecutor``),
+            ``concurrency`` at once over all of them; not with ``executor``.
         gateway: the model gateway the rollouts call (None: the URL and key their caller
             sent); started by the caller, who closes it after ``shutdown``.
 
     Raises:
-        ValueError: a timing is invalid (``check_timings``).
+        ValueError: a timing is invalid (``check_timings``), or both ``executor`` and
+            ``workers`` are given.
         RunDirError: the run directory cannot be used.
     """
 
@@ -144,9 +179,12 @@ class RolloutService:
         abandon_grace_s: float = ABANDON_GRACE_S,
         pass_threshold: float = 1.0,
         executor: Executor | None = None,
+        workers: Workers | None = None,
         gateway: ModelGateway | None = None,
     ) -> None:
         check_timings(wait_s=result_wait_s, lease_s=lease_s, retention_s=retention_s)
+        if executor is not None and workers is not None:
+            raise ValueError("give an executor or workers, not both")
         self.backend = backend
         self.result_wait_s = result_wait_s
         self.lease_s = lease_s
@@ -164,7 +202,10 @@ class RolloutService:
         run_key = (gateway.api_key,) if gateway is not None else ()
         self.store = _open_store(run_dir, backend, (*secrets, *run_key))
         backend.artifact_root = self.store.rollouts_dir.absolute()
+        if workers is not None:
+            executor = _on_workers(workers, backend.artifact_root, concurrency, self._grading)
         self.executor = executor or LocalExecutor(backend, on_grading=self._grading)
+        self._executor_open = False
         self.deadlines = Deadlines(abandon_grace_s=abandon_grace_s)
         self.lifecycle = Lifecycle(
             self.executor,
@@ -201,8 +242,36 @@ class RolloutService:
         """Rollouts whose execution has not ended."""
         return len(self._tasks)
 
+    async def open_executor(self) -> None:
+        """Get the executor ready (start the worker processes), once; if it cannot, the run
+        directory is closed (nothing will be served).
+
+        Raises:
+            BackendError: a worker process cannot start or load the classes.
+        """
+        if self._executor_open:
+            return
+        try:
+            await self.executor.open()
+        except BaseException:
+            self._closed = True
+            self.store.close()
+            raise
+        self._executor_open = True
+
+    async def close_executor(self) -> None:
+        """Stop the executor (the worker processes), once opened; nothing is left running."""
+        if self._executor_open:
+            self._executor_open = False
+            await self.executor.close()
+
     async def start(self) -> None:
-        """Start recording (the writer process, if one can start)."""
+        """Get the executor ready and start recording (the writer process, if one can start).
+
+        Raises:
+            BackendError: a worker process cannot start or load the classes.
+        """
+        await self.open_executor()
         self._started = time.perf_counter()
         reply_fd = self.store.start_writer()
         if reply_fd is not None:
@@ -574,9 +643,13 @@ class RolloutService:
         return self._with_gateway(summary)
 
     def _with_gateway(self, summary: Summary) -> Summary:
-        """The gateway's figures of this server's life in ``model.gateway``, as eval's."""
+        """The gateway's figures of this server's life in ``model.gateway``, and the worker
+        processes' in ``backend``, as eval's."""
         if self.gateway is not None and summary.model is not None:
             summary.model.gateway = self.gateway.stats()
+        backend_stats = getattr(self.executor, "stats", None)  # where a backend has news
+        if callable(backend_stats):
+            summary.backend = backend_stats()
         return summary
 
     # -- stopping -------------------------------------------------------------------------
@@ -595,7 +668,10 @@ class RolloutService:
                 self.table.close()
             finally:
                 self._close_store()
-            await self.backend.shutdown()
+            try:
+                await self.close_executor()
+            finally:
+                await self.backend.shutdown()
 
     async def _drain(self) -> None:
         pending = set(self._tasks)
@@ -637,6 +713,27 @@ class RolloutService:
         wall = time.perf_counter() - self._started if self._started else None
         summary = self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=True)
         return self._with_gateway(summary)
+
+
+def _on_workers(
+    workers: Workers,
+    artifact_root: Path,
+    window: int | None,
+    on_grading: Callable[[str, ExecutionResult | None], None],
+) -> ProcessExecutor:
+    """The executor of the worker processes: the server's window over all of them, each
+    worker's share of it its default (rounded up, so that the window can be used)."""
+    per_worker = -(-window // workers.count) if window else 0
+    pool = Pool(
+        load=workers.load,
+        artifact_root=str(artifact_root),
+        workers=workers.count,
+        per_worker=per_worker,
+        window=window,
+        max_memory=workers.max_memory,
+        recycle=workers.recycle,
+    )
+    return ProcessExecutor(pool, notify=workers.notify, on_grading=on_grading)
 
 
 def _open_store(run_dir: Path, backend: LocalBackend, secrets: tuple[str, ...]) -> RunStore:

@@ -13,6 +13,13 @@ The model gateway (``--chat-completions-url`` and eval's gateway options, with e
 meanings, validated by eval's own ``GatewayOptions``): with an endpoint, the server runs the
 gateway for the rollouts it serves; a gateway option without one is a usage error
 (``check_gateway``).
+
+Worker processes (``--workers N``, ``--max-worker-memory``, ``--worker-recycle``: eval's
+``--backend processes`` options, with eval's types and messages, and eval's variables
+``OSMOSIS_RUN_WORKERS``, ``OSMOSIS_RUN_MAX_WORKER_MEMORY``, ``OSMOSIS_RUN_WORKER_RECYCLE``): with
+``workers``, the served rollouts run in that many worker processes; without it, in the server's
+own process. A limit of the workers without workers is a usage error (``check_workers``), unless
+it comes from the environment alone, which eval's runs share (as eval, serve then ignores it).
 """
 
 from __future__ import annotations
@@ -27,10 +34,14 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 
 from osmosis_run.errors import ConfigError
 from osmosis_run.run.settings import (
+    ENV_PREFIX,
     UNLIMITED,
     ConcurrencyLimit,
     GatewayOptions,
     Layer,
+    WorkerCount,
+    WorkerMemory,
+    WorkerRecycle,
     option_name,
     read_toml,
     resolve,
@@ -44,6 +55,7 @@ __all__ = [
     "PORT_ENV",
     "ServeSettings",
     "check_gateway",
+    "check_workers",
     "resolve_serve_settings",
 ]
 
@@ -56,6 +68,8 @@ MODEL_API_KEY_ENV = "OSMOSIS_API_KEY"  # eval's
 GATEWAY_KEYS = tuple(
     key for key in GatewayOptions.model_fields if key not in ("no_gateway", "workspace_model")
 )
+# The limits of worker processes, which need --workers.
+_WORKER_LIMITS = ("max_worker_memory", "worker_recycle")
 _SECRET_SOURCES = {
     "api_key": f"--api-key or {API_KEY_ENV}",
     "model_api_key": f"--model-api-key or {MODEL_API_KEY_ENV}",
@@ -87,6 +101,9 @@ class ServeSettings(BaseModel):
             config's limit, else 4).
         out: the run directory (None: ``runs/serve-<UTC time>-<pid>``).
         keep_alive: seconds a connection with no request under way stays open.
+        workers: worker processes that run the served rollouts (None: the server's process).
+        max_worker_memory: bytes of resident memory a worker may hold (None: no limit).
+        worker_recycle: rollouts after which a worker is replaced (None: never).
         chat_completions_url: the model endpoint the gateway forwards to (None: no gateway;
             rollouts keep the URL their caller sent).
         model_api_key: the endpoint's key (the upstream provider's; never written).
@@ -106,6 +123,9 @@ class ServeSettings(BaseModel):
     concurrency: ConcurrencyLimit = None
     out: str | None = None
     keep_alive: int = Field(KEEP_ALIVE_S, ge=1)  # whole seconds, as uvicorn takes it
+    workers: WorkerCount = None
+    max_worker_memory: WorkerMemory = None
+    worker_recycle: WorkerRecycle = None
     chat_completions_url: str | None = None
     model_api_key: SecretStr | None = Field(None, repr=False)
     gateway: GatewayOptions = Field(default_factory=GatewayOptions)
@@ -200,6 +220,7 @@ def _environment_layer(environ: Mapping[str, str]) -> Layer:
         ("api_key", API_KEY_ENV),
         ("chat_completions_url", MODEL_URL_ENV),
         ("model_api_key", MODEL_API_KEY_ENV),
+        *((key, ENV_PREFIX + key.upper()) for key in ("workers", *_WORKER_LIMITS)),
     ):
         if environ.get(name):
             values[key], where[key] = environ[name], name
@@ -215,9 +236,11 @@ def resolve_serve_settings(
     """Merge defaults < ``[serve]`` table < environment < command line.
 
     Raises:
-        ConfigError: a value is invalid (the message names the option and its source), or a
-            gateway option is given without an endpoint (``check_gateway``).
+        ConfigError: a value is invalid (the message names the option and its source), a
+            gateway option is given without an endpoint (``check_gateway``), or a limit of the
+            workers without workers (``check_workers``).
     """
+    environ = os.environ if environ is None else environ
     settings = resolve(
         ServeSettings,
         cli,
@@ -227,6 +250,8 @@ def resolve_serve_settings(
         environment_layer=_environment_layer,
     )
     check_gateway(settings, key_given="model_api_key" in cli and cli["model_api_key"] is not None)
+    given = {key for key, value in cli.items() if value is not None}
+    check_workers(settings, from_environment=set(_environment_layer(environ).values) - given)
     return settings
 
 
@@ -251,4 +276,28 @@ def check_gateway(settings: ServeSettings, *, key_given: bool = False) -> None:
         raise ConfigError(
             f"{' and '.join(given)} {verb} the model gateway, but there is no model endpoint "
             "(--chat-completions-url)"
+        )
+
+
+def check_workers(settings: ServeSettings, *, from_environment: set[str] | None = None) -> None:
+    """``--max-worker-memory`` or ``--worker-recycle`` without ``--workers`` is a usage error
+    rather than ignored, unless its value comes from the environment (``from_environment``: the
+    keys whose value does), which eval's runs share.
+
+    Raises:
+        ConfigError: a limit of the workers without workers.
+    """
+    if settings.workers is not None:
+        return
+    skip = from_environment or set()
+    given = [
+        option_name(key)
+        for key in _WORKER_LIMITS
+        if getattr(settings, key) is not None and key not in skip
+    ]
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise ConfigError(
+            f"{' and '.join(given)} {verb} worker processes, but serve runs the rollouts in its "
+            "own process without --workers N"
         )

@@ -59,6 +59,9 @@ __all__ = [
     "GatewayOptions",
     "Output",
     "RunSpec",
+    "WorkerCount",
+    "WorkerMemory",
+    "WorkerRecycle",
     "parse_concurrency",
     "parse_error_budget",
     "parse_gate",
@@ -91,6 +94,19 @@ def _concurrency_limit(value: Any) -> Any:
 
 # The concurrency option of eval and serve, from any source: one parse, one message.
 ConcurrencyLimit = Annotated[int | Literal["unlimited"] | None, BeforeValidator(_concurrency_limit)]
+
+
+def _size(value: Any) -> Any:
+    """A size as written (``2GiB``, ``512MiB``, ``1.5GB``, ``800M``), or a whole number of bytes."""
+    return parse_size(value) if isinstance(value, str) else value
+
+
+# The worker-process options of eval (--backend processes) and serve (--workers): how many
+# workers (None: eval's default, the CPU count; serve's, none), the resident memory a worker may
+# hold (bytes), after how many rollouts a worker is replaced. One parse, one message.
+WorkerCount = Annotated[int, Field(ge=1)] | None
+WorkerMemory = Annotated[Annotated[int, Field(gt=0)] | None, BeforeValidator(_size)]
+WorkerRecycle = Annotated[int, Field(ge=1)] | None
 
 
 class _Group(BaseModel):
@@ -184,9 +200,9 @@ class Execution(_Group):
     backend: Literal["local", "processes", "ray"] = "local"
     # --backend processes (backends/processes.py): how many workers (None: the CPU count), the
     # memory a worker may hold (bytes), after how many rollouts a worker is replaced.
-    workers: int | None = Field(None, ge=1)
-    max_worker_memory: int | None = Field(None, gt=0)
-    worker_recycle: int | None = Field(None, ge=1)
+    workers: WorkerCount = None
+    max_worker_memory: WorkerMemory = None
+    worker_recycle: WorkerRecycle = None
     ray_address: str | None = None
     ray_actors: int | None = Field(None, ge=1)
     ray_actor_cpus: float = Field(0.0, ge=0)
@@ -223,12 +239,6 @@ class Execution(_Group):
         if not sep or scheme.lower() not in ("http", "https") or not rest or "?" in url:
             raise ValueError("must be an http:// or https:// URL, such as http://127.0.0.1:8000")
         return url
-
-    @field_validator("max_worker_memory", mode="before")
-    @classmethod
-    def _size(cls, value: Any) -> Any:
-        """A size: ``2GiB``, ``512MiB``, ``1.5GB``, ``800M``, or a whole number of bytes."""
-        return parse_size(value) if isinstance(value, str) else value
 
     @field_validator("ray_batch", mode="before")
     @classmethod
@@ -563,13 +573,15 @@ def parse_size(text: str) -> int:
 
 
 def format_size(size: int) -> str:
-    """A size as people write it: ``2 GiB``, ``512 MiB``, ``1.5 GB``, ``1000 bytes``."""
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
-        factor = _UNITS[unit.lower()]
-        if size >= factor and size % (factor // 1024 or 1) == 0:
-            return f"{size / factor:g} {unit}"
-    for unit in ("TB", "GB", "MB", "kB"):
+    """A size as people write it: ``2 GiB``, ``512 MiB``, ``1.5 GB``, ``2.3 GiB``."""
+    binary = ("TiB", "GiB", "MiB", "KiB")
+    for units in (binary, ("TB", "GB", "MB", "kB")):
+        for unit in units:  # exact to a tenth: as it was written
+            factor = _UNITS[unit.lower()]
+            if size >= factor and (size * 10) % factor == 0:
+                return f"{size / factor:g} {unit}"
+    for unit in binary:
         factor = _UNITS[unit.lower()]
         if size >= factor:
-            return f"{size / factor:g} {unit}"
+            return f"{size / factor:.1f} {unit}"
     return f"{size} bytes"
