@@ -16,6 +16,7 @@ from typing import Any
 
 from osmosis_run import (
     AgentWorkflow,
+    AgentWorkflowConfig,
     AgentWorkflowContext,
     AgentWorkflowOutput,
     Grader,
@@ -33,14 +34,14 @@ def _crash(how: str) -> None:
         os._exit(3)
 
 
-class Flow(AgentWorkflow):
+class Flow(AgentWorkflow[AgentWorkflowConfig]):
     """``ok`` echoes; ``segv``/``abort``/``exit`` end the process; ``block`` holds the event
     loop (``time.sleep``) for ``metadata.seconds``; ``spawn`` starts ``sleep 600`` (its pid
     written to ``metadata.pidfile``) and then blocks; ``hog`` holds ``metadata.mb`` MiB;
     ``slow`` awaits ``metadata.seconds``; ``burn`` spins the CPU for ``metadata.seconds``;
     ``model`` calls the model through its rollout context (``metadata.calls`` times)."""
 
-    async def run(self, ctx: AgentWorkflowContext) -> AgentWorkflowOutput:
+    async def run(self, ctx: AgentWorkflowContext[AgentWorkflowConfig]) -> AgentWorkflowOutput:
         mode = str(ctx.prompt[-1]["content"])
         meta = ctx.metadata or {}
         seconds = float(meta.get("seconds", 30))

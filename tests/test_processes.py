@@ -78,12 +78,8 @@ def eval_child(cwd: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
         child.communicate()
 
 
-def ok_rows(n: int, prefix: str = "r", **meta: Any) -> list[dict[str, Any]]:
-    rows = [{"id": f"{prefix}{i}", "prompt": "ok", "label": "ok"} for i in range(n)]
-    for row in rows:
-        if meta:
-            row["metadata"] = dict(meta)
-    return rows
+def ok_rows(n: int, prefix: str = "r") -> list[dict[str, Any]]:
+    return [{"id": f"{prefix}{i}", "prompt": "ok", "label": "ok"} for i in range(n)]
 
 
 def by_id(run_dir: Path) -> dict[str, Any]:
