@@ -55,3 +55,36 @@ def test_the_terminal_and_the_step_summary_say_the_same_rows() -> None:
     assert table[: len(rows)] == [
         f"| {label} | {html.escape(value).replace('  ', ' &nbsp;')} |" for label, value in rows
     ]
+
+
+def test_the_worker_processes_row_says_what_was_lost() -> None:
+    backend = {
+        "kind": "processes",
+        "workers": 2,
+        "started": 5,
+        "workers_lost": 3,
+        "rollouts_rerun": 4,
+        "lost": [
+            {
+                "pid": 1,
+                "kind": "SIGSEGV",
+                "reason": "worker process 1 died (SIGSEGV)",
+                "rollouts": 3,
+            },
+            {
+                "pid": 2,
+                "kind": "SIGSEGV",
+                "reason": "worker process 2 died (SIGSEGV)",
+                "rollouts": 1,
+            },
+            {"pid": 3, "kind": "past a deadline", "reason": "...", "rollouts": 0},
+        ],
+    }
+    summary = _summary().model_copy(update={"backend": backend})
+    assert dict(summary_rows(summary))["workers"] == (
+        "2 processes (5 started); 3 lost (2 SIGSEGV, 1 past a deadline; 4 rollouts ran again)"
+    )
+    quiet = _summary().model_copy(
+        update={"backend": {"kind": "processes", "workers": 1, "started": 1}}
+    )
+    assert dict(summary_rows(quiet))["workers"] == "1 process (1 started)"

@@ -518,7 +518,8 @@ class ProcessExecutor:
         del worker.calls[late.tag]
         late.future.set_result(AttemptResult(outcome, None, None))
         why = f"the {late.stage} of rollout {rollout} did not stop at its {seconds:g} s deadline"
-        self._lose(worker, why, AttemptLost(f"its worker process was killed: {why}"))
+        lost = AttemptLost(f"its worker process was killed: {why}")
+        self._lose(worker, why, lost, kind="past a deadline")
 
     def _over_memory(self, worker: _Worker, rss: int, limit: int) -> None:
         """A worker passed --max-worker-memory: killed; a rollout alone on it is the culprit."""
@@ -539,7 +540,7 @@ class ProcessExecutor:
                 AttemptResult(construct(ExecutionOutcome, workflow=failed, grader=None), None, None)
             )
         lost = AttemptLost(why, repeated=f"the worker process running this rollout exceeded {said}")
-        self._lose(worker, why, lost, suspects=True)
+        self._lose(worker, why, lost, kind="over memory", suspects=True)
 
     async def _until_gone(self, worker: _Worker) -> None:
         """Wait for the worker's socket to close; if nobody ended it, it died: say how."""
@@ -554,18 +555,32 @@ class ProcessExecutor:
             f"worker process {worker.pid} died ({how})",
             repeated=f"the worker process running this rollout died ({how})",
         )
-        self._lose(worker, f"worker process {worker.pid} died ({how})", lost, suspects=True)
+        self._lose(
+            worker, f"worker process {worker.pid} died ({how})", lost, kind=how, suspects=True
+        )
 
     def _lose(
-        self, worker: _Worker, why: str, lost: AttemptLost, *, suspects: bool = False
+        self,
+        worker: _Worker,
+        why: str,
+        lost: AttemptLost,
+        *,
+        kind: str,
+        suspects: bool = False,
     ) -> None:
-        """End the worker; its attempts run again (alone, if ``suspects``); replace it."""
+        """End the worker; its attempts run again (alone, if ``suspects``); replace it.
+
+        ``kind`` says what happened in a word or two, for the summary: ``SIGSEGV``, ``exit
+        code 3``, ``past a deadline``, ``over memory``.
+        """
         if worker.ended:
             return
         calls = list(worker.calls.values())
         worker.calls.clear()
         self._end(worker)
-        self._losses.append({"pid": worker.pid, "reason": why, "rollouts": len(calls)})
+        self._losses.append(
+            {"pid": worker.pid, "kind": kind, "reason": why, "rollouts": len(calls)}
+        )
         if self._notify is not None:
             if not calls:
                 again = "it was replaced"

@@ -51,6 +51,8 @@ def summary_rows(s: Summary) -> list[tuple[str, str]]:
         rows.extend(model_rows(s.model))
     if s.backend is not None and s.backend.get("kind") == "ray":
         rows.append(("ray", _ray_row(s.backend)))
+    if s.backend is not None and s.backend.get("kind") == "processes":
+        rows.append(("workers", _processes_row(s.backend)))
     for key, group in s.groups.items():
         rows.append(
             (
@@ -78,6 +80,22 @@ def _ray_row(backend: dict[str, Any]) -> str:
             for loss in losses
         )
         text += f"; {len(losses)} lost ({lost})"
+    return text
+
+
+def _processes_row(backend: dict[str, Any]) -> str:
+    """The worker processes, and what was lost: "2 processes (5 started); 3 lost (...)"."""
+    workers, started = int(backend.get("workers", 0)), int(backend.get("started", 0))
+    text = f"{plural(workers, 'process', 'processes')} ({started} started)"
+    losses = backend.get("lost") or []
+    if losses:
+        kinds: dict[str, int] = {}
+        for loss in losses:
+            kind = str(loss.get("kind", "lost"))
+            kinds[kind] = kinds.get(kind, 0) + 1
+        said = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+        rerun = int(backend.get("rollouts_rerun", 0))
+        text += f"; {len(losses)} lost ({said}; {plural(rerun, 'rollout')} ran again)"
     return text
 
 

@@ -298,6 +298,6 @@ def check_workers(settings: ServeSettings, *, from_environment: set[str] | None 
     if given:
         verb = "needs" if len(given) == 1 else "need"
         raise ConfigError(
-            f"{' and '.join(given)} {verb} worker processes, but serve runs the rollouts in its "
-            "own process without --workers N"
+            f"{' and '.join(given)} {verb} worker processes: give --workers N (without it, "
+            "serve runs the rollouts in its own process)"
         )
