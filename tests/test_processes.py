@@ -207,6 +207,40 @@ def test_a_local_run_resumes_on_processes(tmp_path: Path) -> None:
     assert sum(line.metrics["pid"] != local_pid for line in lines.values()) == 3
 
 
+def test_model_calls_from_the_workers_go_through_the_gateway(tmp_path: Path) -> None:
+    """The gateway works from every worker: each rollout is handed its URL and the run's key;
+    calls are counted, recorded beside their rollout, and the provider key is in no file."""
+    from fake_upstream import serve_upstream
+
+    key = "sk-upstream-SECRET-abcdef0123"
+    rows = [
+        {"id": f"m{i}", "prompt": "model", "label": "x", "metadata": {"calls": 2}} for i in range(6)
+    ]
+    dataset = write_jsonl(tmp_path / "d.jsonl", rows)
+    with serve_upstream(api_key=key) as up:
+        done = run_eval(
+            tmp_path,
+            *eval_args(dataset, tmp_path / "run", "--workers", "2"),
+            "--chat-completions-url",
+            up.url,
+            "--api-key",
+            key,
+        )
+    assert done.returncode == 0, done.stderr
+    lines = by_id(tmp_path / "run")
+    assert {line.status for line in lines.values()} == {"success"}
+    assert {line.usage.requests for line in lines.values() if line.usage} == {2}
+    assert len(worker_pids(tmp_path / "run")) == 2
+    assert sum(line.usage.total_tokens for line in lines.values() if line.usage) == up.total_tokens
+    assert sum(seen.path.endswith("/chat/completions") for seen in up.requests) == 12
+    assert "model calls      12 (0 retries, 0 rate-limited, 0 failed)" in done.stderr
+    calls = (tmp_path / "run" / "rollouts" / "m0.s0" / "model_calls.jsonl").read_text()
+    assert len(calls.splitlines()) == 2
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path
+
+
 # -- crash isolation -------------------------------------------------------------------
 
 
