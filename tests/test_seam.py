@@ -14,6 +14,7 @@ import pytest
 from osmosis_run.backends.fake import FakeExecutor
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.backends.osmosis_ai import OsmosisAiExecutor
+from osmosis_run.backends.processes import ProcessExecutor
 from osmosis_run.backends.ray import RayExecutor
 from osmosis_run.backends.regrade import RegradeExecutor
 from osmosis_run.backends.remote import RemoteExecutor
@@ -24,6 +25,7 @@ EXECUTORS: list[type[Executor]] = [
     LocalExecutor,
     OsmosisAiExecutor,
     RemoteExecutor,
+    ProcessExecutor,
     RayExecutor,
     RegradeExecutor,
     FakeExecutor,

@@ -48,6 +48,14 @@ docstrings say the rest):
   restarted), raises ``AttemptLost``; a server unreachable at admission is an
   ``InfrastructureError``, which stops the run (exit 4). Artifacts stay on the server:
   ``Artifacts(unavailable="...")``, said in result.json.
+- **ProcessExecutor** (backends/processes.py, ``--backend processes``): worker processes on
+  this machine, each a fresh interpreter holding the classes. ``open`` starts and readies
+  them; ``run`` sends the attempt to the least busy worker over a socket pair and returns its
+  reply; artifacts are written in place. A worker that dies raises ``AttemptLost`` for its
+  attempts (they run again alone, to find the culprit, and are recorded as "the worker process
+  running this rollout died (SIGSEGV) 4 times in a row" via ``AttemptLost.repeated``); a stage
+  whose code does not stop at its deadline has its worker's process group killed, and is a
+  ``timeout``. ``close`` stops the workers; nothing outlives the run.
 - **RayExecutor** (backends/ray.py, ``--backend ray``): batches of requests, actors dying
   mid-call. ``open`` joins the cluster, ships the code and waits for each actor of the pool to
   be ready; ``run`` puts the attempt into the batch of the least busy actor, sent as one actor
