@@ -46,7 +46,7 @@ import sys
 import traceback
 from typing import Any
 
-__all__ = ["HEADER", "frame", "main"]
+__all__ = ["Frames", "frame", "main"]
 
 HEADER = struct.Struct("!I")
 # A stage past its deadline that ignores its cancellation is not abandoned here: the runner
@@ -58,6 +58,25 @@ def frame(message: Any) -> bytes:
     """One message as sent: its length, then its pickle."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return HEADER.pack(len(data)) + data
+
+
+class Frames:
+    """The messages in a stream of frames, as its bytes arrive (both ends use it)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        """The messages that ``data`` completes, in order."""
+        self.buffer += data
+        messages = []
+        while len(self.buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self.buffer)
+            if len(self.buffer) < HEADER.size + size:
+                break
+            messages.append(pickle.loads(self.buffer[HEADER.size : HEADER.size + size]))
+            del self.buffer[: HEADER.size + size]
+        return messages
 
 
 def main(argv: list[str]) -> int:
@@ -105,7 +124,7 @@ class _Worker(asyncio.Protocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.buffer = bytearray()
+        self.frames = Frames()
         self.transport: asyncio.Transport | None = None
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.done = loop.create_future()
@@ -133,13 +152,7 @@ class _Worker(asyncio.Protocol):
             self.done.set_result(None)  # the runner is gone: stop
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while len(self.buffer) >= HEADER.size:
-            (size,) = HEADER.unpack_from(self.buffer)
-            if len(self.buffer) < HEADER.size + size:
-                return
-            message = pickle.loads(self.buffer[HEADER.size : HEADER.size + size])
-            del self.buffer[: HEADER.size + size]
+        for message in self.frames.feed(data):
             self.handle(message)
 
     def send(self, message: Any) -> None:

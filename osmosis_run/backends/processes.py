@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import pickle
 import signal
 import socket
 import subprocess
@@ -53,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from osmosis_run._construct import construct
-from osmosis_run.backends._worker import HEADER, frame
+from osmosis_run.backends._worker import Frames, frame
 from osmosis_run.errors import BackendError, InfrastructureError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Attempt, AttemptLost, AttemptResult, Deadlines
@@ -120,7 +119,7 @@ class _Link(asyncio.Protocol):
 
     def __init__(self, on_message: Callable[[tuple[Any, ...]], None]) -> None:
         self.on_message = on_message
-        self.buffer = bytearray()
+        self.frames = Frames()
         self.transport: asyncio.Transport | None = None
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -133,13 +132,7 @@ class _Link(asyncio.Protocol):
             self.closed.set_result(None)
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
-        while len(self.buffer) >= HEADER.size:
-            (size,) = HEADER.unpack_from(self.buffer)
-            if len(self.buffer) < HEADER.size + size:
-                return
-            message = pickle.loads(self.buffer[HEADER.size : HEADER.size + size])
-            del self.buffer[: HEADER.size + size]
+        for message in self.frames.feed(data):
             self.on_message(message)
 
     def send(self, message: Any) -> None:
