@@ -558,3 +558,31 @@ def test_sizes_and_exits_in_words() -> None:
     assert describe_exit(-11) == "SIGSEGV"
     assert describe_exit(3) == "exit code 3"
     assert describe_exit(-9, verb=True) == "was killed by SIGKILL"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--workers", "2"],
+            "error: --workers is an option of worker processes; add --backend processes",
+        ),
+        (
+            ["--backend", "ray", "--worker-recycle", "5", "--max-worker-memory", "1GiB"],
+            "error: --max-worker-memory and --worker-recycle are options of worker processes; "
+            "add --backend processes",
+        ),
+        (
+            ["--backend", "processes", "--server", "http://127.0.0.1:9"],
+            "error: --backend processes runs the rollouts from here, but --server has the "
+            "rollout server run them; drop one of the two",
+        ),
+    ],
+)
+def test_options_of_a_backend_the_run_does_not_use_are_refused(
+    cli: Any, tmp_path: Path, args: list[str], message: str
+) -> None:
+    write_jsonl(tmp_path / "d.jsonl", ok_rows(1))
+    bad = cli("eval", "d.jsonl", *FLOWS, *args)
+    assert bad.exit_code == 2
+    assert bad.stderr == message + "\n"

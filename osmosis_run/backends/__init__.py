@@ -17,8 +17,9 @@ from osmosis_run.backends.osmosis_ai import OsmosisAiExecutor, uses_osmosis_ai
 from osmosis_run.errors import ConfigError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Executor
+from osmosis_run.run.settings.models import Execution
 
-__all__ = ["executor_for"]
+__all__ = ["check_backend_options", "executor_for"]
 
 
 def executor_for(
@@ -37,6 +38,7 @@ def executor_for(
     Raises:
         ConfigError: ``--server`` without httptools installed, ``--backend ray`` without Ray.
     """
+    check_backend_options(plan.settings.execution)
     if plan.settings.execution.remote:
         try:
             from osmosis_run.backends.remote import RemoteExecutor
@@ -56,3 +58,32 @@ def executor_for(
     if uses_osmosis_ai(plan.local_components()):  # with osmosis_ai's own context objects
         return OsmosisAiExecutor.from_plan(plan)
     return LocalExecutor.from_plan(plan)
+
+
+def check_backend_options(e: Execution) -> None:
+    """Options of a backend the run does not use are a usage error rather than ignored.
+
+    Raises:
+        ConfigError: ``--backend processes|ray`` with ``--server``, or a worker option
+            (``--workers``, ``--max-worker-memory``, ``--worker-recycle``) without
+            ``--backend processes``.
+    """
+    if e.remote and e.backend != "local":
+        raise ConfigError(
+            f"--backend {e.backend} runs the rollouts from here, but --server has the rollout "
+            "server run them; drop one of the two"
+        )
+    given = [
+        name
+        for name, value in (
+            ("--workers", e.workers),
+            ("--max-worker-memory", e.max_worker_memory),
+            ("--worker-recycle", e.worker_recycle),
+        )
+        if value is not None
+    ]
+    if given and e.backend != "processes":
+        verb = "is an option" if len(given) == 1 else "are options"
+        raise ConfigError(
+            f"{' and '.join(given)} {verb} of worker processes; add --backend processes"
+        )

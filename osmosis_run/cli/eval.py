@@ -319,6 +319,7 @@ def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False
     from osmosis_run.cli.messages import print_error
     from osmosis_run.cli.streams import results_channel
     from osmosis_run.errors import OsmosisRunError
+    from osmosis_run.backends import check_backend_options
     from osmosis_run.reports.finish import check_targets
 
     try:
@@ -328,6 +329,7 @@ def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False
 
             return run_validate(settings)
         check_targets(settings.after)
+        check_backend_options(settings.execution)
     except OsmosisRunError as exc:
         print_error(exc)
         return exit_codes.USAGE
