@@ -316,10 +316,10 @@ def eval_command(
 
 def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False) -> int:
     """Resolve settings, run, render; return the exit code (``quiet``: no progress)."""
+    from osmosis_run.backends import check_backend_options
     from osmosis_run.cli.messages import print_error
     from osmosis_run.cli.streams import results_channel
     from osmosis_run.errors import OsmosisRunError
-    from osmosis_run.backends import check_backend_options
     from osmosis_run.reports.finish import check_targets
 
     try:
