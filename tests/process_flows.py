@@ -58,6 +58,9 @@ class Flow(AgentWorkflow[AgentWorkflowConfig]):
             held = bytearray(int(meta["mb"]) * 1024 * 1024)
             held[::4096] = b"x" * len(held[::4096])  # touch every page: resident
             await asyncio.sleep(seconds)
+        elif mode == "print":
+            print("a workflow's print, which must not reach stdout")
+            os.write(1, b"and a write to file descriptor 1\n")
         elif mode == "slow":
             await asyncio.sleep(seconds)
         elif mode == "burn":

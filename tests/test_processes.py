@@ -189,6 +189,19 @@ def test_the_same_results_and_files_as_a_local_run(tmp_path: Path) -> None:
     assert wait_until_gone(pids) == set()
 
 
+def test_with_jsonl_stdout_carries_results_lines_only(tmp_path: Path) -> None:
+    rows = [{**row, "prompt": "print"} for row in ok_rows(4)]
+    dataset = write_jsonl(tmp_path / "d.jsonl", rows)
+    done = run_eval(tmp_path, *eval_args(dataset, tmp_path / "run", "--workers", "2", "--jsonl"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sorted(json.loads(line)["rollout_id"] for line in lines) == [
+        f"r{i}.s0" for i in range(4)
+    ]
+    assert "a workflow's print, which must not reach stdout" in done.stderr
+    assert "and a write to file descriptor 1" in done.stderr
+
+
 def test_a_local_run_resumes_on_processes(tmp_path: Path) -> None:
     """The backend is not part of the fingerprint: a run cut short locally (its last three
     results lines lost, as a kill loses them) resumes on workers."""
@@ -425,6 +438,25 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(tmp_path: Path) -
     rest = run_eval(tmp_path, *args)
     assert rest.returncode == 0, rest.stderr
     assert len(by_id(tmp_path / "run")) == 30
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_exits_at_once_and_the_workers_die_too(tmp_path: Path) -> None:
+    rows = [{**row, "prompt": "block", "metadata": {"seconds": 60}} for row in ok_rows(4)]
+    dataset = write_jsonl(tmp_path / "d.jsonl", rows)
+    args = eval_args(dataset, tmp_path / "run", "--workers", "2")
+    with eval_child(tmp_path, *args) as child:
+        workers = wait_for(lambda: workers_of(child.pid), "the workers")
+        guards = set().union(*(children_of(pid) for pid in workers))
+        time.sleep(1)  # the rollouts are in their blocking code
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        child.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        child.communicate(timeout=10)
+        assert time.monotonic() - started < 2
+    assert child.returncode == 130
+    assert wait_until_gone({*workers, *guards}) == set()
 
 
 @pytest.mark.slow
