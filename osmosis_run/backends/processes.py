@@ -113,6 +113,11 @@ class _Worker:
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def usable(self) -> bool:
+        """Whether it may take a rollout: alive (its socket open), not kept for one alone."""
+        return not (self.ended or self.alone or self.link.closed.done())
+
 
 class _Link(asyncio.Protocol):
     """The runner's end of one worker's socket: frames in, handed to the executor."""
@@ -416,7 +421,7 @@ class ProcessExecutor:
             InfrastructureError: no worker is left and none can be started.
         """
         while True:
-            live = [w for w in self._slots if w is not None and not w.alone and not w.ended]
+            live = [w for w in self._slots if w is not None and w.usable]
             if alone:
                 idle = [w for w in live if not w.calls]
                 if idle:
