@@ -10,6 +10,8 @@ function, for tests of the engine. ``executor_for(plan)`` picks the one a plan a
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 
 from osmosis_run.backends.local import LocalExecutor
@@ -19,7 +21,7 @@ from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Executor
 from osmosis_run.run.settings.models import Execution
 
-__all__ = ["check_backend_options", "executor_for"]
+__all__ = ["check_backend_options", "cool_down", "executor_for", "warm_up"]
 
 
 def executor_for(
@@ -87,3 +89,19 @@ def check_backend_options(e: Execution) -> None:
         raise ConfigError(
             f"{' and '.join(given)} {verb} of worker processes; add --backend processes"
         )
+
+
+def warm_up(e: Execution) -> None:
+    """Start ahead what a backend is slow to start, so that it overlaps with preparing the run:
+    ``--backend processes``'s workers (most of their start is importing Python)."""
+    if e.backend == "processes" and not e.remote:
+        from osmosis_run.backends.processes import warm_up as start
+
+        start(e.workers or os.cpu_count() or 1)
+
+
+def cool_down() -> None:
+    """End what ``warm_up`` started that no executor took (the run could not start)."""
+    processes = sys.modules.get("osmosis_run.backends.processes")
+    if processes is not None:
+        processes.discard_warm()

@@ -8,14 +8,15 @@ are this package, on this machine, over a pipe nobody else holds.
 
 The runner says:
 
-- ``("setup", spec, root, window, path)``: load the workflow and grader (``spec``: the run's
-  settings fields) with the runner's ``sys.path``, artifacts under ``root``, threads for
-  ``window`` rollouts; answered ``("ready",
+- ``("setup", spec, root, window, path, notify)``: load the workflow and grader (``spec``: the
+  run's settings fields) with the runner's ``sys.path``, artifacts under ``root``, threads for
+  ``window`` rollouts, every grader's start said when ``notify``; answered ``("ready",
   problem)``, ``problem`` None or one line;
-- ``("run", tag, request, number, url, key, seed, ship)``: run one attempt with that model
-  endpoint, in place (artifacts in the run directory, as a local run writes them); answered
-  ``("grading", tag, workflow)`` when its grader starts (the workflow's result when ``ship``,
-  so that the runner keeps the sample should it have to kill the grader), then ``("done",
+- ``("run", tag, request, number, url, key, seed, ship, made)``: run one attempt with that
+  model endpoint, in place (artifacts in the run directory, as a local run writes them; when
+  ``made``, its directory exists already); answered ``("grading", tag, workflow)`` when its
+  grader starts, if the grader has a deadline (``ship``: the runner keeps the sample should it
+  have to kill the grader) or ``notify``, then ``("done",
   tag, (outcome, workflow_ms, grader_ms))``, or ``("bug", tag, traceback)`` when osmosis-run
   itself raised;
 - ``("cancel", tag)``: cancel that attempt (a Ctrl-C, a deadline of the runner's); answered
@@ -58,6 +59,29 @@ def frame(message: Any) -> bytes:
     """One message as sent: its length, then its pickle."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return HEADER.pack(len(data)) + data
+
+
+class Outbox:
+    """Frames out: those sent in one pass of the event loop leave in one write (one system
+    call for a burst of replies, not one each)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.parts: list[bytes] = []
+
+    def send(self, message: Any) -> None:
+        if not self.parts:
+            self.loop.call_soon(self.flush)
+        self.parts.append(frame(message))
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        data = b"".join(self.parts)
+        self.parts.clear()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
 
 class Frames:
@@ -125,11 +149,12 @@ class _Worker(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.frames = Frames()
-        self.transport: asyncio.Transport | None = None
+        self.outbox = Outbox(loop)
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.done = loop.create_future()
         self.executor: Any = None
         self.deadlines: Any = None
+        self.notify = False  # every grader's start is said, not only those with a deadline
         self._ship: set[str] = set()  # rollouts whose workflow result goes with "grading"
         self._tags: dict[str, int] = {}
 
@@ -145,7 +170,7 @@ class _Worker(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.outbox.transport = transport
 
     def connection_lost(self, _exc: Exception | None) -> None:
         if not self.done.done():
@@ -156,15 +181,16 @@ class _Worker(asyncio.Protocol):
             self.handle(message)
 
     def send(self, message: Any) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(frame(message))
+        self.outbox.send(message)
 
     # -- the messages ----------------------------------------------------------------
 
     def handle(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "run":
-            _, tag, request, number, url, key, seed, ship = message
+            _, tag, request, number, url, key, seed, ship, made = message
+            if made:  # its artifacts directory exists: the runner's writer made it
+                self.executor.backend.adopt_artifacts_dirs((request.id,))
             task = self.loop.create_task(self.run(tag, request, number, (url, key, seed), ship))
             self.tasks[tag] = task
         elif kind == "cancel":
@@ -177,13 +203,15 @@ class _Worker(asyncio.Protocol):
             self.done.set_result(None)
 
     def setup(
-        self, spec: dict[str, Any], root: str, window: int | None, path: list[str]
+        self, spec: dict[str, Any], root: str, window: int | None, path: list[str], notify: bool
     ) -> str | None:
         """Load the classes (None), or say why not in one line.
 
         ``path`` is the runner's ``sys.path``: what it imports, this process imports.
+        ``notify``: the runner wants to hear when each grader starts (a server's status).
         """
         sys.path[:] = path
+        self.notify = notify
         from osmosis_run.backends.local import LocalExecutor
         from osmosis_run.backends.osmosis_ai import backend_for
         from osmosis_run.errors import OsmosisRunError
@@ -207,8 +235,12 @@ class _Worker(asyncio.Protocol):
 
     def _grading(self, rollout_id: str, workflow: Any) -> None:
         tag = self._tags.get(rollout_id)
-        if tag is not None:
-            self.send(("grading", tag, workflow if rollout_id in self._ship else None))
+        if tag is None:
+            return
+        if rollout_id in self._ship:  # the grader has a deadline: the runner keeps the sample
+            self.send(("grading", tag, workflow))
+        elif self.notify:
+            self.send(("grading", tag, None))
 
     async def run(
         self, tag: int, request: Any, number: int, endpoint: tuple[str, Any, Any], ship: bool

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from osmosis_run._construct import construct
-from osmosis_run.backends._worker import Frames, frame
+from osmosis_run.backends._worker import Frames, Outbox
 from osmosis_run.errors import BackendError, InfrastructureError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Attempt, AttemptLost, AttemptResult, Deadlines
@@ -65,8 +65,17 @@ from osmosis_run.sdk.types import (
     RolloutStatus,
 )
 from osmosis_run.store.layout import ROLLOUTS
+from osmosis_run.store.writer import keep_from_forks
 
-__all__ = ["HARD_GRACE_S", "Pool", "ProcessExecutor", "describe_exit", "load_spec"]
+__all__ = [
+    "HARD_GRACE_S",
+    "Pool",
+    "ProcessExecutor",
+    "describe_exit",
+    "discard_warm",
+    "load_spec",
+    "warm_up",
+]
 
 # Past a stage's deadline, how long its code gets to stop before its worker is killed. The
 # worker cancels the stage at the deadline; this covers code that yields late.
@@ -101,7 +110,7 @@ class _Call:
 class _Worker:
     """One worker process and what it is running."""
 
-    process: asyncio.subprocess.Process
+    process: subprocess.Popen[bytes]
     link: _Link
     calls: dict[int, _Call] = field(default_factory=dict)
     alone: bool = False  # running one rollout that was lost before, and nothing else
@@ -120,17 +129,19 @@ class _Worker:
 
 
 class _Link(asyncio.Protocol):
-    """The runner's end of one worker's socket: frames in, handed to the executor."""
+    """The runner's end of one worker's socket: frames in, handed to the executor; frames out
+    through an ``Outbox`` (those of one loop pass in one write)."""
 
     def __init__(self, on_message: Callable[[tuple[Any, ...]], None]) -> None:
         self.on_message = on_message
         self.frames = Frames()
-        self.transport: asyncio.Transport | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.outbox = Outbox(loop)
+        self.closed: asyncio.Future[None] = loop.create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.outbox.transport = transport
 
     def connection_lost(self, _exc: Exception | None) -> None:
         if not self.closed.done():
@@ -141,12 +152,12 @@ class _Link(asyncio.Protocol):
             self.on_message(message)
 
     def send(self, message: Any) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(frame(message))
+        self.outbox.send(message)
 
     def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        self.outbox.flush()
+        if self.outbox.transport is not None:
+            self.outbox.transport.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,11 +246,12 @@ class ProcessExecutor:
         self._tasks: set[asyncio.Task[None]] = set()
         self._watch: asyncio.Task[None] | None = None
         self._broken: InfrastructureError | None = None
-        self._alive: tuple[int, int] | None = None
         self._notify = notify
         self._on_grading = on_grading
         self._started = 0
         self._losses: list[dict[str, Any]] = []
+        self._made: set[str] = set()  # rollouts whose artifacts directory exists already
+        self._waiting_alone = 0  # rollouts waiting for an idle worker to run alone on
 
     @classmethod
     def from_plan(
@@ -271,7 +283,9 @@ class ProcessExecutor:
         return True
 
     def adopt_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
-        """Nothing to do: the workers make their own directories."""
+        """Directories the writer process made ahead: the worker is told so with the attempt,
+        and makes none itself."""
+        self._made.update(rollout_ids)
 
     # -- getting ready ---------------------------------------------------------------
 
@@ -281,12 +295,12 @@ class ProcessExecutor:
         Raises:
             BackendError: a worker cannot start or load the classes (nothing ran).
         """
-        self._alive = os.pipe()  # the workers' guards watch its read end; only we write
         self._slots = [None] * self.count
+        spawned = take_warm(self.count)
         try:
             async with asyncio.TaskGroup() as group:
                 for index in range(self.count):
-                    group.create_task(self._fill(index))
+                    group.create_task(self._fill(index, spawned[index] if spawned else None))
         except BaseExceptionGroup as failed:
             await self.close()
             first: BaseException = failed
@@ -298,33 +312,19 @@ class ProcessExecutor:
             raise
         self._watch = asyncio.get_running_loop().create_task(self._watching())
 
-    async def _fill(self, index: int) -> None:
-        self._slots[index] = await self._start()
+    async def _fill(self, index: int, spawned: _Spawned | None) -> None:
+        self._slots[index] = await self._start(spawned)
         self._changed.set()
 
-    async def _start(self) -> _Worker:
-        """A new worker, ready (classes loaded).
+    async def _start(self, spawned: _Spawned | None = None) -> _Worker:
+        """A new worker (``spawned`` ahead, else now), ready: its classes loaded.
 
         Raises:
             BackendError: it died or said why it cannot load them.
         """
-        assert self._alive is not None
-        ours, theirs = socket.socketpair()
-        alive = self._alive[0]
-        try:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "osmosis_run.backends._worker",
-                str(theirs.fileno()),
-                str(alive),
-                pass_fds=(theirs.fileno(), alive),
-                stdin=subprocess.DEVNULL,
-                stdout=2,
-                start_new_session=True,  # a group of its own: killed whole, never by Ctrl-C
-            )
-        finally:
-            theirs.close()
+        if spawned is None:
+            spawned = await asyncio.to_thread(_spawn)
+        process, ours = spawned
         ready: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         worker: _Worker | None = None
 
@@ -339,7 +339,8 @@ class ProcessExecutor:
         _, link = await loop.create_unix_connection(lambda: _Link(on_message), sock=ours)
         worker = _Worker(process, link)
         pool = self.pool
-        link.send(("setup", pool.load, pool.artifact_root, pool.window, sys.path))
+        notify = self._on_grading is not None
+        link.send(("setup", pool.load, pool.artifact_root, pool.window, sys.path, notify))
         try:
             problem = await asyncio.wait_for(_first(ready, link.closed), READY_TIMEOUT_S)
         except TimeoutError:
@@ -347,8 +348,12 @@ class ProcessExecutor:
             raise BackendError(
                 f"a worker process did not load the workflow within {READY_TIMEOUT_S:g} s"
             ) from None
+        except BaseException:  # cancelled (``close`` while it was starting): it goes too
+            self._end(worker)
+            await _reap(process, STOP_S)  # exited and collected while the loop still runs
+            raise
         if not ready.done():  # it died first
-            code = await process.wait()
+            code = await asyncio.to_thread(process.wait)
             self._end(worker)
             raise BackendError(
                 f"a worker process could not start: it {describe_exit(code, verb=True)} (its "
@@ -390,6 +395,7 @@ class ProcessExecutor:
                 context.api_key,
                 context.seed,
                 request.grader_timeout_sec is not None,
+                _take(self._made, request.id),
             )
         )
         try:
@@ -417,22 +423,35 @@ class ProcessExecutor:
     async def _pick(self, *, alone: bool) -> _Worker:
         """The least busy worker, or with ``alone`` an idle one, kept for this call only.
 
+        While a rollout waits to run alone, the least busy worker takes nothing new, so that
+        it drains and the rollout gets it (otherwise new rows keep every worker busy and the
+        lost rollouts wait for the end of the run).
+
         Raises:
             InfrastructureError: no worker is left and none can be started.
         """
-        while True:
-            live = [w for w in self._slots if w is not None and w.usable]
+        if alone:
+            self._waiting_alone += 1
+        try:
+            while True:
+                live = [w for w in self._slots if w is not None and w.usable]
+                if alone:
+                    idle = [w for w in live if not w.calls]
+                    if idle:
+                        idle[0].alone = True
+                        return idle[0]
+                elif live:
+                    if self._waiting_alone:
+                        live.remove(min(live, key=lambda w: len(w.calls)))  # draining
+                    if live:
+                        return min(live, key=lambda w: len(w.calls))
+                if self._broken is not None and all(w is None for w in self._slots):
+                    raise self._broken
+                self._changed.clear()
+                await self._changed.wait()
+        finally:
             if alone:
-                idle = [w for w in live if not w.calls]
-                if idle:
-                    idle[0].alone = True
-                    return idle[0]
-            elif live:
-                return min(live, key=lambda w: len(w.calls))
-            if self._broken is not None and all(w is None for w in self._slots):
-                raise self._broken
-            self._changed.clear()
-            await self._changed.wait()
+                self._waiting_alone -= 1
 
     def _received(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         kind, tag = message[0], message[1]
@@ -545,7 +564,7 @@ class ProcessExecutor:
         await worker.link.closed
         if worker.ended:
             return
-        code = await worker.process.wait()
+        code = await asyncio.to_thread(worker.process.wait)
         if worker.ended:
             return
         how = describe_exit(code)
@@ -645,25 +664,25 @@ class ProcessExecutor:
             task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=STOP_S)
-        if self._alive is not None:
-            for fd in self._alive:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._alive = None
         self._slots = []
         self._retiring.clear()
 
 
 async def _stop(workers: list[_Worker]) -> None:
-    """Ask each worker to stop; kill the groups of those still running after ``STOP_S``."""
+    """Ask each worker to stop. One with rollouts still in it (cancelled: the run is closing)
+    gets ``STOP_S``, then its group is killed; an idle one exits by itself, and its guard then
+    kills what is left of its group."""
     for worker in workers:
         worker.ended = True
         worker.link.send(("stop",))
-    if workers:
-        await asyncio.wait([asyncio.ensure_future(_reap(w.process, STOP_S)) for w in workers])
+        worker.link.outbox.flush()
+    busy = [w for w in workers if w.calls]
+    if busy:
+        await asyncio.wait([asyncio.ensure_future(_reap(w.process, STOP_S)) for w in busy])
     for worker in workers:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(worker.pid, signal.SIGKILL)
+        if worker in busy:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(worker.pid, signal.SIGKILL)
         worker.link.close()
 
 
@@ -674,10 +693,89 @@ async def _first(ready: asyncio.Future[str | None], closed: asyncio.Future[None]
     return ready.result() if ready.done() else None
 
 
-async def _reap(process: asyncio.subprocess.Process, seconds: float = 10.0) -> None:
+async def _reap(process: subprocess.Popen[bytes], seconds: float = 10.0) -> None:
     """Collect a worker's exit status within ``seconds`` (no zombie is left)."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(process.wait(), seconds)
+    await asyncio.to_thread(_wait, process, seconds)
+
+
+def _wait(process: subprocess.Popen[bytes], seconds: float) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(seconds)
+
+
+def _take(ids: set[str], rollout_id: str) -> bool:
+    """Whether ``rollout_id`` was in ``ids`` (it is not any more)."""
+    if rollout_id in ids:
+        ids.discard(rollout_id)
+        return True
+    return False
+
+
+# -- starting workers ------------------------------------------------------------------
+
+# A started worker process and the runner's end of its socket.
+_Spawned = tuple[subprocess.Popen[bytes], socket.socket]
+_alive: int | None = None  # the read end of the pipe every worker's guard watches
+_warm: list[_Spawned] = []
+
+
+def _alive_fd() -> int:
+    """The pipe whose write end only this process holds (never closed: it closes when the
+    process ends, however it ends, and each worker's guard then kills its group)."""
+    global _alive
+    if _alive is None:
+        read, write = os.pipe()
+        keep_from_forks(write)  # a child forked by user code does not keep the workers alive
+        _alive = read
+    return _alive
+
+
+def _spawn() -> _Spawned:
+    """Start a worker process: a fresh interpreter in a process group of its own."""
+    alive = _alive_fd()
+    ours, theirs = socket.socketpair()
+    try:
+        command = [sys.executable, "-m", "osmosis_run.backends._worker"]
+        process = subprocess.Popen(
+            [*command, str(theirs.fileno()), str(alive)],
+            pass_fds=(theirs.fileno(), alive),
+            stdin=subprocess.DEVNULL,
+            stdout=2,  # user code's prints: stderr (stdout carries results lines only)
+            start_new_session=True,  # killed as a group, and never by the terminal's Ctrl-C
+        )
+    finally:
+        theirs.close()
+    return process, ours
+
+
+def warm_up(count: int) -> None:
+    """Start ``count`` worker processes now, for the next ``ProcessExecutor.open`` to take.
+
+    A worker spends most of its start importing Python (osmosis-run, pydantic, the user's
+    code); started before the run is prepared, that overlaps with the runner's own start.
+    """
+    discard_warm()
+    _warm.extend(_spawn() for _ in range(count))
+
+
+def take_warm(count: int) -> list[_Spawned]:
+    """The workers ``warm_up`` started, if there are ``count`` of them (else none)."""
+    if len(_warm) != count:
+        discard_warm()
+        return []
+    taken = _warm[:]
+    _warm.clear()
+    return taken
+
+
+def discard_warm() -> None:
+    """End workers started ahead that no run took (the run could not start)."""
+    for process, sock in _warm:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        sock.close()
+        _wait(process, 5.0)
+    _warm.clear()
 
 
 def _rss(pid: int) -> int | None:

@@ -341,7 +341,7 @@ def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False
 
 def _run(settings: EvalSettings, results: BinaryIO | None, *, quiet: bool = False) -> int:
     """Prepare and run; an infrastructure error that escapes the run is still one line."""
-    from osmosis_run.backends import executor_for
+    from osmosis_run.backends import cool_down, executor_for, warm_up
     from osmosis_run.cli.messages import print_error
     from osmosis_run.cli.progress import make_reporter
     from osmosis_run.cli.running import run_opened
@@ -352,6 +352,7 @@ def _run(settings: EvalSettings, results: BinaryIO | None, *, quiet: bool = Fals
 
     gateway = None
     try:
+        warm_up(settings.execution)  # worker processes start while the run is prepared
         reporter = make_reporter(jsonl=settings.output.jsonl, out=results, quiet=quiet)
         plan = prepare(settings)
         gateway = gateway_for(settings, plan.run_dir)
@@ -361,6 +362,7 @@ def _run(settings: EvalSettings, results: BinaryIO | None, *, quiet: bool = Fals
         reporter.on_stdout_closed = runner.stop
         reporter.gateway = gateway
     except OsmosisRunError as exc:
+        cool_down()
         if gateway is not None:
             gateway.close()
         print_error(exc)
@@ -368,6 +370,7 @@ def _run(settings: EvalSettings, results: BinaryIO | None, *, quiet: bool = Fals
     try:
         return run_opened(settings, runner, reporter)
     finally:
+        cool_down()
         if gateway is not None:
             gateway.close()
 
