@@ -7,6 +7,11 @@ directory's lock (stopped, to be sure of it). Then one run goes to the end. The 
 one marker per execution ($EVAL_MARKERS), so the test knows what ran in every round and checks
 it against what became durable. Processes are found and watched through Linux's /proc.
 
+With ``--backend processes`` the same storm also SIGKILLs worker processes: one or two in every
+round before its kill, and one in the final run. A worker's rollouts run again in the same run
+(so a rollout may run once more per worker kill), and no worker process (nor its guard) of the
+run may outlive it, whether the runner exits or is killed.
+
 The storm is seeded: ``KILL_STORM_SEED=N`` replays one (the kill moments still vary with timing).
 """
 
@@ -19,7 +24,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +35,7 @@ from test_eval_process import EXE
 
 from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.run.scheduler import WRITER_PROCESS_FROM
+from osmosis_run.run.seam import LOST_LIMIT
 from osmosis_run.store.store import BATCH, WRITE_QUEUE, read_results
 
 SEED = int(os.environ.get("KILL_STORM_SEED", "1776"))
@@ -48,8 +54,18 @@ assert KILLS * MOST_LINES < ROWS // 2 - WRITER_PROCESS_FROM
 # WRITE_QUEUE are unanswered, so WRITE_QUEUE + 1 while it waits.
 RUNNER_KILL_RERUNS = 2 * CONCURRENCY + 2 * BATCH
 WRITER_KILL_RERUNS = 2 * CONCURRENCY + (WRITE_QUEUE + 3) * BATCH
+# --backend processes: the workers, and how many a round kills at most. A worker kill makes its
+# rollouts in flight (at most the window) run again, in the same run; a rollout lost more than
+# LOST_LIMIT times in a row in one run would be recorded as a failure, so no run loses more.
+WORKERS = 2
+WORKER_KILLS = 2
+assert WORKER_KILLS <= LOST_LIMIT
+WORKER_KILL_RERUNS = CONCURRENCY
+WORKER_MODULE = b"osmosis_run.backends._worker"
+BACKENDS = {"local": [], "processes": ["--backend", "processes", "--workers", str(WORKERS)]}
 T = TypeVar("T")
 WAIT_S = 60.0  # generous: the machine may be loaded by other tests
+GONE_S = 10.0  # a killed runner's workers are killed by their guards: at once, give or take load
 
 
 @dataclass
@@ -90,6 +106,7 @@ class Kill:
     hold: bool = False  # and stop that writer until the next run waits for the directory's lock
     lines: int = 0  # results lines the round waits for before it kills
     delay: float = 0.0  # then a random moment more
+    workers: list[int] = field(default_factory=list)  # first, a worker killed after each count
     exit_code: int | None = None
     stderr: str = ""
     wasted: int | None = None  # executions whose line never became durable (None: see before)
@@ -104,18 +121,20 @@ class Kill:
         rerun = f"{self.wasted} re-run{' here and in the next run' if self.immediate else ''}"
         if self.wasted is None:
             rerun = "re-runs counted with the round before"
+        workers = f" (first a worker after {' then '.join(map(str, self.workers))} lines)"
         return (
-            f"round {number}: kill {self.target}{self.resumed()} "
+            f"round {number}: kill {self.target}{self.resumed()}{workers if self.workers else ''} "
             f"after {self.lines} lines + {self.delay:.3f} s; exit {self.exit_code}; {rerun}; "
             f"stderr {lines[0]!r} ... {lines[-1]!r}"
         )
 
 
-def plan_kills(rng: random.Random) -> list[Kill]:
+def plan_kills(rng: random.Random, *, workers: bool = False) -> list[Kill]:
     """KILLS kills in random order, at least 3 of each; every other runner kill resumed at once.
 
     The first resumed at once (and others at random) finds the killed run's writer process
-    stopped (SIGSTOP), holding the run directory's lock, until the resume waits for it.
+    stopped (SIGSTOP), holding the run directory's lock, until the resume waits for it. With
+    ``workers``, each round first kills 1 to WORKER_KILLS worker processes.
     """
     targets = ["runner"] * 3 + ["writer"] * 3
     targets += [rng.choice(["runner", "writer"]) for _ in range(KILLS - 6)]
@@ -128,7 +147,14 @@ def plan_kills(rng: random.Random) -> list[Kill]:
     for n, kill in enumerate(immediate):
         kill.immediate = True
         kill.hold = n == 0 or rng.random() < 0.5
+    for kill in kills if workers else []:  # drawn last: the same seed, the same local storm
+        kill.workers = plan_worker_kills(rng)
     return kills
+
+
+def plan_worker_kills(rng: random.Random) -> list[int]:
+    """The results lines to wait for before each of 1 to WORKER_KILLS worker kills."""
+    return [rng.randint(10, 40) for _ in range(rng.randint(1, WORKER_KILLS))]
 
 
 @dataclass(frozen=True)
@@ -153,28 +179,66 @@ def _stat(pid: int) -> tuple[int, int, str] | None:
     return int(fields[1]), int(fields[19]), fields[0]
 
 
-def find_writer(runner: subprocess.Popen[bytes], results: Path) -> Process | None:
-    """The runner's writer process: its child running _writer_child.py on this run's results.
+def children(pid: int) -> list[tuple[Process, list[bytes]]]:
+    """A process's children and their command lines.
 
-    The children come from ``/proc/<pid>/task/*/children``, not a walk of all of /proc: the
-    storm polls this every 10 ms, and a busy machine has thousands of processes."""
-    children: list[int] = []
-    for task in Path(f"/proc/{runner.pid}/task").glob("*/children"):
+    They come from ``/proc/<pid>/task/*/children``, not a walk of all of /proc: the storm polls
+    this every 10 ms, and a busy machine has thousands of processes."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
         try:
-            children += [int(pid) for pid in task.read_text().split()]
+            pids += [int(child) for child in task.read_text().split()]
         except OSError:
             continue
-    for pid in children:
-        stat = _stat(pid)
-        if stat is None or stat[0] != runner.pid:
+    found: list[tuple[Process, list[bytes]]] = []
+    for child in pids:
+        stat = _stat(child)
+        if stat is None or stat[0] != pid:
             continue
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
+        found.append((Process(child, stat[1]), argv))
+    return found
+
+
+def find_writer(runner: subprocess.Popen[bytes], results: Path) -> Process | None:
+    """The runner's writer process: its child running _writer_child.py on this run's results."""
+    for child, argv in children(runner.pid):
         if any(a.endswith(b"_writer_child.py") for a in argv) and os.fsencode(results) in argv:
-            return Process(pid, stat[1])
+            return child
     return None
+
+
+def find_workers(runner: subprocess.Popen[bytes]) -> list[Process]:
+    """The runner's live worker processes (``-m osmosis_run.backends._worker``), oldest first
+    (not one killed a moment ago that the runner has yet to reap)."""
+    found = [c for c, argv in children(runner.pid) if WORKER_MODULE in argv and c.alive()]
+    return sorted(found, key=lambda p: (p.started, p.pid))
+
+
+def workers_of(markers: Path) -> list[Process]:
+    """Every live worker process (or worker's guard) of the test whose markers go to ``markers``.
+
+    A walk of all of /proc, by command line and environment: what outlived its runner is no
+    longer a child of it."""
+    needle = b"\0EVAL_MARKERS=" + os.fsencode(markers) + b"\0"
+    found: list[Process] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if WORKER_MODULE not in (entry / "cmdline").read_bytes():
+                continue
+            if needle not in b"\0" + (entry / "environ").read_bytes():
+                continue
+        except OSError:
+            continue
+        stat = _stat(int(entry.name))
+        if stat is not None and stat[2] != "Z":
+            found.append(Process(int(entry.name), stat[1]))
+    return found
 
 
 def opened(pid: int, path: Path) -> bool:
@@ -231,12 +295,13 @@ class Period:
     markers: Counter[str]  # executions so far, by rollout id
     kills: list[Kill] = field(default_factory=list)
     runs: int = 0  # osmosis-run processes started in it
+    worker_kills: int = 0  # worker processes killed in it (each may make a rollout run again)
 
 
 class Storm:
     """Runs the rounds and checks, after each, what ran against what became durable."""
 
-    def __init__(self, tmp_path: Path, data: Dataset) -> None:
+    def __init__(self, tmp_path: Path, data: Dataset, backend: str = "local") -> None:
         self.dir = tmp_path / "run"
         self.results = self.dir / "results.jsonl"
         self.markers = tmp_path / "markers"
@@ -244,16 +309,22 @@ class Storm:
         self.data = data
         self.args = [*EXE, "eval", str(data.path), "-w", "eval_flows:FailingMarker",
                      "-g", "eval_flows:ExactMatch", "--out", str(self.dir), "-n", "1",
-                     "-c", str(CONCURRENCY), "--max-error-rate", "1"]  # fmt: skip
+                     "-c", str(CONCURRENCY), "--max-error-rate", "1", *BACKENDS[backend]]  # fmt: skip
         self.env = subprocess_env(EVAL_MARKERS=str(self.markers))
         self.log: list[Kill] = []
         self.period = Period(set(), Counter())
         self.orphans: list[Process] = []
         self.held: Process | None = None  # a killed run's writer process, stopped (SIGSTOP)
         self.runner: subprocess.Popen[bytes] | None = None
+        self.workers_seen: set[Process] = set()  # every worker process of the runs
+        self.killed_workers: list[Process] = []  # in the current run
+        self.final_workers: Sequence[int] = ()  # the final run kills a worker after each count
 
     def context(self) -> str:
         rounds = "\n".join(kill.describe(n) for n, kill in enumerate(self.log, start=1))
+        if self.final_workers:
+            after = " then ".join(map(str, self.final_workers))
+            rounds += f"\nfinal run: a worker killed after {after} lines"
         return f"seed {SEED} (replay with KILL_STORM_SEED={SEED})\n{rounds}"
 
     def start(self, name: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -264,26 +335,17 @@ class Storm:
                 stdout=subprocess.DEVNULL, stderr=err,
             )  # fmt: skip
         self.period.runs += 1
+        self.killed_workers = []
         return self.runner, stderr
 
     def round(self, kill: Kill) -> None:
         self.log.append(kill)
         runner, stderr = self.start(f"round{len(self.log)}")
 
-        def writer() -> Process | None:
-            self.check_running(runner, stderr)
-            return find_writer(runner, self.results)
-
-        def reached() -> bool | None:
-            self.check_running(runner, stderr)
-            return counter.read() >= goal or None
-
         self.release(runner, stderr)
-        # Once the writer process runs, the resume has read results.jsonl back: count from here
-        found = wait_until(writer, "the writer process")
-        counter = LineCounter(self.results)
-        goal = counter.read() + kill.lines
-        wait_until(reached, f"{kill.lines} more results lines")
+        found = self.writer(runner, stderr)
+        self.kill_workers(runner, stderr, kill.workers)
+        self.wait_lines(runner, stderr, kill.lines)
         time.sleep(kill.delay)
         self.check_running(runner, stderr)
         self.kill(kill, runner, found)
@@ -295,6 +357,27 @@ class Storm:
         self.period.kills.append(kill)
         if not kill.immediate:
             self.settle()
+
+    def writer(self, runner: subprocess.Popen[bytes], stderr: Path) -> Process:
+        """The run's writer process, once it runs: the resume has read results.jsonl back, so
+        lines can be counted from here."""
+
+        def found() -> Process | None:
+            self.check_running(runner, stderr)
+            return find_writer(runner, self.results)
+
+        return wait_until(found, "the writer process")
+
+    def wait_lines(self, runner: subprocess.Popen[bytes], stderr: Path, count: int) -> None:
+        """Wait for ``count`` more results lines than there are now."""
+        counter = LineCounter(self.results)
+        goal = counter.read() + count
+
+        def reached() -> bool | None:
+            self.check_running(runner, stderr)
+            return counter.read() >= goal or None
+
+        wait_until(reached, f"{count} more results lines")
 
     def check_running(self, runner: subprocess.Popen[bytes], stderr: Path) -> None:
         if runner.poll() is not None:
@@ -329,8 +412,23 @@ class Storm:
                 os.kill(self.held.pid, signal.SIGCONT)
             self.held = None
 
+    def kill_workers(
+        self, runner: subprocess.Popen[bytes], stderr: Path, lines: Sequence[int]
+    ) -> None:
+        """SIGKILL the oldest worker process (loaded, busy) after each count of results lines."""
+        if lines:
+            self.writer(runner, stderr)
+        for count in lines:
+            self.wait_lines(runner, stderr, count)
+            workers = wait_until(lambda: find_workers(runner) or None, "worker processes")
+            self.workers_seen.update(workers)
+            os.kill(workers[0].pid, signal.SIGKILL)
+            self.killed_workers.append(workers[0])
+            self.period.worker_kills += 1
+
     def kill(self, kill: Kill, runner: subprocess.Popen[bytes], writer: Process) -> None:
         self.orphans.append(writer)
+        self.workers_seen.update(find_workers(runner))
         if kill.target == "runner":
             if kill.hold:
                 os.kill(writer.pid, signal.SIGSTOP)
@@ -343,10 +441,13 @@ class Storm:
         kill.exit_code = runner.wait(WAIT_S)  # it notices by itself: no run hangs on a lost writer
         assert kill.exit_code != 0, f"a lost writer process went unnoticed\n{self.context()}"
 
-    def finish(self) -> subprocess.CompletedProcess[str]:
-        """Run the same command to the end; check the period it closes."""
+    def finish(self, workers: Sequence[int] = ()) -> subprocess.CompletedProcess[str]:
+        """Run the same command to the end, killing a worker after each count of ``workers``
+        results lines; check the period it closes."""
+        self.final_workers = workers
         runner, stderr = self.start("final")
         self.release(runner, stderr)
+        self.kill_workers(runner, stderr, workers)
         runner.wait(WAIT_S)
         self.settle()
         return subprocess.CompletedProcess(self.args, runner.returncode, "", stderr.read_text())
@@ -364,11 +465,19 @@ class Storm:
             lambda: not any(o.alive() for o in self.orphans) or None, "writer processes to end"
         )
         self.orphans.clear()
+        wait_until(
+            lambda: not workers_of(self.markers) or None,
+            f"the worker processes to end (they outlive their runner)\n{self.context()}",
+            GONE_S,
+        )
         before, durable, markers = self.period, self.durable(), self.executions()
         ran = {rid for rid in markers if markers[rid] > before.markers[rid]}
         context = self.context()
         most_runs = max(markers[rid] - before.markers[rid] for rid in ran) if ran else 0
-        assert most_runs <= before.runs, f"a rollout ran twice in one run\n{context}"
+        # A run executes a rollout once, and once more each time a worker running it is lost
+        assert most_runs <= before.runs + before.worker_kills, (
+            f"a rollout ran twice in one run\n{context}"
+        )
         assert before.durable <= durable, (
             f"durable lines lost: {before.durable - durable}\n{context}"
         )
@@ -385,6 +494,7 @@ class Storm:
         most = sum(
             RUNNER_KILL_RERUNS if k.target == "runner" else WRITER_KILL_RERUNS for k in before.kills
         )
+        most += before.worker_kills * WORKER_KILL_RERUNS
         assert wasted <= most, (
             f"{wasted} executions wasted, at most {most} may be\n{self.context()}"
         )
@@ -428,14 +538,18 @@ def check_rollout_files(run_dir: Path, line: ResultLine, context: str) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds processes in /proc")
-def test_a_kill_storm_then_a_resume_runs_every_rollout_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_a_kill_storm_then_a_resume_runs_every_rollout_exactly_once(
+    tmp_path: Path, backend: str
+) -> None:
     rng = random.Random(SEED)
     data = write_dataset(tmp_path / "d.jsonl", rng)
-    storm = Storm(tmp_path, data)
+    storm = Storm(tmp_path, data, backend)
+    workers = backend == "processes"
     try:
-        for kill in plan_kills(rng):
+        for kill in plan_kills(rng, workers=workers):
             storm.round(kill)
-        final = storm.finish()
+        final = storm.finish(plan_worker_kills(rng) if workers else ())
     finally:
         storm.stop()
     context = storm.context()
@@ -468,3 +582,23 @@ def test_a_kill_storm_then_a_resume_runs_every_rollout_exactly_once(tmp_path: Pa
     kills = Counter(kill.target for kill in storm.log)
     assert min(kills["runner"], kills["writer"]) >= 3, context
     assert any(kill.hold for kill in storm.log), context
+    if workers:
+        check_no_worker_left(storm, final.stderr)
+
+
+def check_no_worker_left(storm: Storm, stderr: str) -> None:
+    """Every worker process the runs had (and each one's guard) is gone; the final run said
+    which of its workers died, each on a line of its own, and summary.json counts them."""
+    context = storm.context()
+    assert storm.workers_seen, context
+    assert not [p for p in storm.workers_seen if p.alive()], context
+    assert not workers_of(storm.markers), context
+    lines = stderr.splitlines()
+    for worker in storm.killed_workers:
+        said = f"osmosis-run: worker process {worker.pid} died (SIGKILL); "
+        assert sum(line.startswith(said) for line in lines) == 1, f"{said}\n{stderr}\n{context}"
+    summary = storm.summary()
+    assert summary is not None, context
+    assert summary.backend is not None, context
+    assert summary.backend["kind"] == "processes", context
+    assert summary.backend["workers_lost"] == len(storm.killed_workers), context
