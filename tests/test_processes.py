@@ -441,6 +441,26 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(tmp_path: Path) -
 
 
 @pytest.mark.slow
+def test_ctrl_c_ends_rollouts_that_block_their_worker(tmp_path: Path) -> None:
+    """Cancelled code that never yields cannot stop: its worker's group is killed, within the
+    grace, and the run exits 130 all the same."""
+    rows = [{**row, "prompt": "block", "metadata": {"seconds": 60}} for row in ok_rows(4)]
+    dataset = write_jsonl(tmp_path / "d.jsonl", rows)
+    args = eval_args(dataset, tmp_path / "run", "--workers", "2")
+    with eval_child(tmp_path, *args) as child:
+        workers = wait_for(lambda: workers_of(child.pid), "the workers")
+        guards = set().union(*(children_of(pid) for pid in workers))
+        time.sleep(1)  # the rollouts are in their blocking code
+        child.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, stderr = child.communicate(timeout=30)
+        waited = time.monotonic() - started
+    assert child.returncode == 130, stderr
+    assert waited < 15
+    assert wait_until_gone({*workers, *guards}) == set()
+
+
+@pytest.mark.slow
 def test_a_second_ctrl_c_exits_at_once_and_the_workers_die_too(tmp_path: Path) -> None:
     rows = [{**row, "prompt": "block", "metadata": {"seconds": 60}} for row in ok_rows(4)]
     dataset = write_jsonl(tmp_path / "d.jsonl", rows)

@@ -271,7 +271,7 @@ def test_the_serve_table_of_the_config_file_and_its_precedence(tmp_path: Path) -
         ),
         (
             "bogus = 1",
-            'unknown key "serve.bogus"; known: host, port, result_wait, lease, retention, concurrency, out, keep_alive, chat_completions_url, model, token_price, no_record_calls, model_retries, max_model_connections, rpm, tpm, model_cache, model_cache_mode, no_preflight, gateway_host',
+            'unknown key "serve.bogus"; known: host, port, result_wait, lease, retention, concurrency, out, keep_alive, workers, max_worker_memory, worker_recycle, chat_completions_url, model, token_price, no_record_calls, model_retries, max_model_connections, rpm, tpm, model_cache, model_cache_mode, no_preflight, gateway_host',
         ),
     ],
 )

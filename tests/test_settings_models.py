@@ -165,7 +165,8 @@ FLAT_NAMES = {
     "execution": [
         "concurrency", "agent_timeout", "grader_timeout", "retries", "chat_completions_url",
         "api_key", "server", "server_api_key", "secrets_file",
-        "backend", "ray_address", "ray_actors", "ray_actor_cpus", "ray_batch", "ray_shared_fs",
+        "backend", "workers", "max_worker_memory", "worker_recycle",
+        "ray_address", "ray_actors", "ray_actor_cpus", "ray_batch", "ray_shared_fs",
         "ray_ready_timeout",
     ],
     "output": ["out", "runs_dir", "fresh", "retry_failed", "jsonl", "no_messages"],

@@ -104,6 +104,7 @@ class _Call:
     timeout: float | None = None  # the stage's own timeout (seconds)
     hard: float | None = None  # past it, the worker is killed (monotonic)
     workflow: ExecutionResult | None = None  # shipped when the grader has a deadline
+    cancelled: bool = False  # its caller went; the worker must stop it within HARD_GRACE_S
 
 
 @dataclass(eq=False)
@@ -401,9 +402,10 @@ class ProcessExecutor:
         try:
             result = await call.future
         except asyncio.CancelledError:
-            if worker.calls.pop(tag, None) is not None:
+            if tag in worker.calls:  # watched until the worker says it stopped
+                call.cancelled = True
+                call.hard = time.monotonic() + HARD_GRACE_S
                 worker.link.send(("cancel", tag))
-                self._idle(worker)
             raise
         except AttemptLost:
             self._suspects.add(request.id)
@@ -457,7 +459,12 @@ class ProcessExecutor:
         kind, tag = message[0], message[1]
         call = worker.calls.get(tag)
         if call is None:
-            return  # cancelled here meanwhile, or settled when the worker was killed
+            return  # settled when the worker was killed
+        if call.cancelled:  # its caller went: whatever the worker says, it has stopped
+            if kind != "grading":
+                del worker.calls[tag]
+                self._idle(worker)
+            return
         if kind == "grading":
             call.workflow = message[2]
             self._enter(call, "grader", call.attempt.request.grader_timeout_sec)
@@ -515,8 +522,15 @@ class ProcessExecutor:
         return [w for w in (*self._slots, *self._retiring) if w is not None and not w.ended]
 
     def _overran(self, worker: _Worker, late: _Call) -> None:
-        """A stage did not stop at its deadline: the worker goes, that rollout is a timeout."""
+        """A stage did not stop at its deadline: the worker goes, that rollout is a timeout
+        (or, cancelled, it did not stop within ``HARD_GRACE_S``: the worker goes)."""
         rollout = late.attempt.request.id
+        if late.cancelled:
+            del worker.calls[late.tag]
+            why = f"rollout {rollout} did not stop within {HARD_GRACE_S:g} s of its cancellation"
+            lost = AttemptLost(f"its worker process was killed: {why}")
+            self._lose(worker, why, lost, kind="past a deadline")
+            return
         seconds = late.timeout or 0.0
         failed = ExecutionResult(
             status=RolloutStatus.FAILURE,
@@ -542,8 +556,9 @@ class ProcessExecutor:
         """A worker passed --max-worker-memory: killed; a rollout alone on it is the culprit."""
         said = f"--max-worker-memory {format_size(limit)}"
         why = f"worker process {worker.pid} exceeded {said} ({format_size(rss)} resident)"
-        if len(worker.calls) == 1:
-            (call,) = worker.calls.values()
+        live = [call for call in worker.calls.values() if not call.future.done()]
+        if len(live) == 1 and len(worker.calls) == 1:  # alone on it: the culprit
+            call = live[0]
             failed = ExecutionResult(
                 status=RolloutStatus.FAILURE,
                 sample=None,
@@ -592,7 +607,7 @@ class ProcessExecutor:
         """
         if worker.ended:
             return
-        calls = list(worker.calls.values())
+        calls = [call for call in worker.calls.values() if not call.future.done()]
         worker.calls.clear()
         self._end(worker)
         self._losses.append(

@@ -640,9 +640,9 @@ class RolloutService:
         wall = time.perf_counter() - self._started if self._started else None
         interrupted = self.recording_error is not None
         summary = self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=interrupted)
-        return self._with_gateway(summary)
+        return self._with_stats(summary)
 
-    def _with_gateway(self, summary: Summary) -> Summary:
+    def _with_stats(self, summary: Summary) -> Summary:
         """The gateway's figures of this server's life in ``model.gateway``, and the worker
         processes' in ``backend``, as eval's."""
         if self.gateway is not None and summary.model is not None:
@@ -712,7 +712,7 @@ class RolloutService:
             self.lifecycle.metrics = metrics
         wall = time.perf_counter() - self._started if self._started else None
         summary = self.lifecycle.metrics.summary(planned=None, wall_s=wall, interrupted=True)
-        return self._with_gateway(summary)
+        return self._with_stats(summary)
 
 
 def _on_workers(

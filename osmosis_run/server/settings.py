@@ -18,8 +18,8 @@ Worker processes (``--workers N``, ``--max-worker-memory``, ``--worker-recycle``
 ``--backend processes`` options, with eval's types and messages, and eval's variables
 ``OSMOSIS_RUN_WORKERS``, ``OSMOSIS_RUN_MAX_WORKER_MEMORY``, ``OSMOSIS_RUN_WORKER_RECYCLE``): with
 ``workers``, the served rollouts run in that many worker processes; without it, in the server's
-own process. A limit of the workers without workers is a usage error (``check_workers``), unless
-it comes from the environment alone, which eval's runs share (as eval, serve then ignores it).
+own process. A limit of the workers without workers is a usage error (``check_workers``), from
+any source, as eval's without ``--backend processes``.
 """
 
 from __future__ import annotations
@@ -240,7 +240,6 @@ def resolve_serve_settings(
             gateway option is given without an endpoint (``check_gateway``), or a limit of the
             workers without workers (``check_workers``).
     """
-    environ = os.environ if environ is None else environ
     settings = resolve(
         ServeSettings,
         cli,
@@ -250,8 +249,7 @@ def resolve_serve_settings(
         environment_layer=_environment_layer,
     )
     check_gateway(settings, key_given="model_api_key" in cli and cli["model_api_key"] is not None)
-    given = {key for key, value in cli.items() if value is not None}
-    check_workers(settings, from_environment=set(_environment_layer(environ).values) - given)
+    check_workers(settings)
     return settings
 
 
@@ -279,25 +277,16 @@ def check_gateway(settings: ServeSettings, *, key_given: bool = False) -> None:
         )
 
 
-def check_workers(settings: ServeSettings, *, from_environment: set[str] | None = None) -> None:
+def check_workers(settings: ServeSettings) -> None:
     """``--max-worker-memory`` or ``--worker-recycle`` without ``--workers`` is a usage error
-    rather than ignored, unless its value comes from the environment (``from_environment``: the
-    keys whose value does), which eval's runs share.
+    rather than ignored (as eval's without ``--backend processes``).
 
     Raises:
         ConfigError: a limit of the workers without workers.
     """
     if settings.workers is not None:
         return
-    skip = from_environment or set()
-    given = [
-        option_name(key)
-        for key in _WORKER_LIMITS
-        if getattr(settings, key) is not None and key not in skip
-    ]
+    given = [option_name(key) for key in _WORKER_LIMITS if getattr(settings, key) is not None]
     if given:
-        verb = "needs" if len(given) == 1 else "need"
-        raise ConfigError(
-            f"{' and '.join(given)} {verb} worker processes: give --workers N (without it, "
-            "serve runs the rollouts in its own process)"
-        )
+        verb = "is an option" if len(given) == 1 else "are options"
+        raise ConfigError(f"{' and '.join(given)} {verb} of worker processes; add --workers N")
