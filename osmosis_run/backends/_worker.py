@@ -8,9 +8,10 @@ are this package, on this machine, over a pipe nobody else holds.
 
 The runner says:
 
-- ``("setup", spec, root, window, path, notify)``: load the workflow and grader (``spec``: the
-  run's settings fields) with the runner's ``sys.path``, artifacts under ``root``, threads for
-  ``window`` rollouts, every grader's start said when ``notify``; answered ``("ready",
+- ``("setup", spec, root, window, (path, environ), notify)``: load the workflow and grader
+  (``spec``: the run's settings fields) with the runner's ``sys.path`` and environment,
+  artifacts under ``root``, threads for ``window`` rollouts, every grader's start said when
+  ``notify``; answered ``("ready",
   problem)``, ``problem`` None or one line;
 - ``("run", tag, request, number, url, key, seed, ship, made)``: run one attempt with that
   model endpoint, in place (artifacts in the run directory, as a local run writes them; when
@@ -36,6 +37,7 @@ results lines only.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import os
 import pickle
@@ -45,7 +47,7 @@ import socket
 import struct
 import sys
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["Frames", "frame", "main"]
 
@@ -103,7 +105,7 @@ class Frames:
         return messages
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> NoReturn:
     """The worker's entry point: ``SOCK ALIVE`` (file descriptors)."""
     sock_fd, alive_fd = int(argv[1]), int(argv[2])
     os.dup2(2, 1)  # user code's prints go to stderr; stdout carries results lines only
@@ -118,7 +120,13 @@ def main(argv: list[str]) -> int:
         loop.run_until_complete(_Worker(loop).serve(sock))
     finally:
         loop.close()
-    return 0
+    # The user's exit handlers run and what is buffered is written, as at any exit; the
+    # interpreter's teardown (tens of milliseconds of freeing modules) is skipped, so that the
+    # run does not wait for it.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _guard(alive_fd: int, *, keep: tuple[int, ...]) -> None:
@@ -203,14 +211,24 @@ class _Worker(asyncio.Protocol):
             self.done.set_result(None)
 
     def setup(
-        self, spec: dict[str, Any], root: str, window: int | None, path: list[str], notify: bool
+        self,
+        spec: dict[str, Any],
+        root: str,
+        window: int | None,
+        runner: tuple[list[str], dict[str, str]],
+        notify: bool,
     ) -> str | None:
         """Load the classes (None), or say why not in one line.
 
-        ``path`` is the runner's ``sys.path``: what it imports, this process imports.
-        ``notify``: the runner wants to hear when each grader starts (a server's status).
+        ``runner`` is the runner's ``sys.path`` and environment as the run starts (a
+        workspace's [env] and [secrets] included, set after this process was started): what
+        it imports and reads, this process does. ``notify``: the runner wants to hear when
+        each grader starts (a server's status).
         """
+        path, environ = runner
         sys.path[:] = path
+        os.environ.clear()
+        os.environ.update(environ)
         self.notify = notify
         from osmosis_run.backends.local import LocalExecutor
         from osmosis_run.backends.osmosis_ai import backend_for
@@ -273,4 +291,4 @@ class _Worker(asyncio.Protocol):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    main(sys.argv)

@@ -341,7 +341,8 @@ class ProcessExecutor:
         worker = _Worker(process, link)
         pool = self.pool
         notify = self._on_grading is not None
-        link.send(("setup", pool.load, pool.artifact_root, pool.window, sys.path, notify))
+        runner = (sys.path, dict(os.environ))  # a workspace's [env] and [secrets] included
+        link.send(("setup", pool.load, pool.artifact_root, pool.window, runner, notify))
         try:
             problem = await asyncio.wait_for(_first(ready, link.closed), READY_TIMEOUT_S)
         except TimeoutError:
@@ -684,20 +685,19 @@ class ProcessExecutor:
 
 
 async def _stop(workers: list[_Worker]) -> None:
-    """Ask each worker to stop. One with rollouts still in it (cancelled: the run is closing)
-    gets ``STOP_S``, then its group is killed; an idle one exits by itself, and its guard then
-    kills what is left of its group."""
+    """Ask each worker to stop and collect its exit; the group of one still running after
+    ``STOP_S`` (rollouts that do not stop) is killed."""
     for worker in workers:
         worker.ended = True
         worker.link.send(("stop",))
         worker.link.outbox.flush()
-    busy = [w for w in workers if w.calls]
-    if busy:
-        await asyncio.wait([asyncio.ensure_future(_reap(w.process, STOP_S)) for w in busy])
+    if workers:
+        await asyncio.wait([asyncio.ensure_future(_reap(w.process, STOP_S)) for w in workers])
     for worker in workers:
-        if worker in busy:
+        if worker.process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(worker.pid, signal.SIGKILL)
+            await _reap(worker.process, STOP_S)
         worker.link.close()
 
 

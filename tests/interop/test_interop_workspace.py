@@ -140,8 +140,11 @@ WORKSPACE_CONFIG = """
 """
 
 
+@pytest.mark.parametrize(
+    "backend", [(), ("--backend", "processes", "--workers", "1")], ids=["local", "processes"]
+)
 def test_a_workspace_config_runs_with_env_and_secrets_and_the_secret_in_no_file(
-    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: tuple[str, ...]
 ) -> None:
     workspace = tmp_path / "ws"
     (workspace / "rollouts" / "greet").mkdir(parents=True)
@@ -155,7 +158,7 @@ def test_a_workspace_config_runs_with_env_and_secrets_and_the_secret_in_no_file(
     monkeypatch.delenv("SERVICE_TOKEN", raising=False)
     result = cli(
         "eval", "--config", str(config), "--dataset-file", "rows.jsonl",
-        "--secrets-file", "secrets.env", "--out", "run",
+        "--secrets-file", "secrets.env", "--out", "run", *backend,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = results(tmp_path / "run")

@@ -47,9 +47,10 @@ class Server:
         return self.out
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    """``osmosis-run serve`` of the test flows, with an API key; stopped with SIGINT."""
+@pytest.fixture(params=[(), ("--workers", "2")], ids=["in-process", "workers"])
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """``osmosis-run serve`` of the test flows, with an API key, its rollouts in its own process
+    or in worker processes; stopped with SIGINT."""
     port = free_port()
     out = tmp_path / "served"
     command = [
@@ -71,6 +72,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
         "10",
         "-c",
         "8",
+        *request.param,
     ]
     env = subprocess_env(OSMOSIS_ROLLOUT_API_KEY=KEY)
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
