@@ -441,6 +441,27 @@ def test_ctrl_c_exits_130_and_the_resume_runs_exactly_the_rest(tmp_path: Path) -
 
 
 @pytest.mark.slow
+def test_ctrl_c_while_the_workers_load_stops_the_run_before_any_rollout(tmp_path: Path) -> None:
+    """The scheduler's stop reaches an executor still getting ready (it was lost before: the
+    run went on once the workers were ready)."""
+    (tmp_path / "slow_import.py").write_text(
+        "import sys, time\nfrom process_flows import Flow\n"
+        "if sys.argv[0].endswith('_worker.py'):\n    time.sleep(30)  # a heavy import\n"
+    )
+    dataset = write_jsonl(tmp_path / "d.jsonl", ok_rows(4))
+    args = eval_args(dataset, tmp_path / "run", "--workers", "2")
+    args[args.index("process_flows:Flow")] = "slow_import:Flow"
+    with eval_child(tmp_path, *args) as child:
+        wait_for(lambda: len(workers_of(child.pid)) == 2, "the workers")
+        wait_for(lambda: (tmp_path / "run").is_dir(), "the run directory")
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=20)
+    assert child.returncode == 130, stderr
+    assert results(tmp_path / "run") == []
+
+
+@pytest.mark.slow
 def test_ctrl_c_ends_rollouts_that_block_their_worker(tmp_path: Path) -> None:
     """Cancelled code that never yields cannot stop: its worker's group is killed, within the
     grace, and the run exits 130 all the same."""

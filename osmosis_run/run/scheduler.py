@@ -367,8 +367,14 @@ class Scheduler:
         Raises:
             OsmosisRunError: the executor could not get ready (before any rollout ran).
         """
+        self._main = asyncio.current_task()  # a stop while the executor gets ready cancels it
         try:
             await self.executor.open()
+        except asyncio.CancelledError:
+            if not self._halting or self._main is None:
+                self.store.close()
+                raise
+            self._main.uncancel()  # stopped before any rollout ran: the run ends at once
         except BaseException:
             self.store.close()
             raise

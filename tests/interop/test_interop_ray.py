@@ -22,7 +22,7 @@ from interop.test_interop_parity import FLOWS, parity_rows
 ARGS = (
     "--workflow", f"{FLOWS}:Flow", "--workflow-config", f"{FLOWS}:flow_config",
     "--grader", f"{FLOWS}:Judge", "--grader-config", f"{FLOWS}:judge_config",
-    "--max-error-rate", "100%", "--agent-timeout", "1",
+    "--max-error-rate", "100%", "--agent-timeout", "5",
 )  # fmt: skip
 
 
