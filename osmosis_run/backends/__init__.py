@@ -10,7 +10,6 @@ function, for tests of the engine. ``executor_for(plan)`` picks the one a plan a
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 
@@ -95,9 +94,10 @@ def warm_up(e: Execution) -> None:
     """Start ahead what a backend is slow to start, so that it overlaps with preparing the run:
     ``--backend processes``'s workers (most of their start is importing Python)."""
     if e.backend == "processes" and not e.remote:
+        from osmosis_run.backends.processes import cpu_count
         from osmosis_run.backends.processes import warm_up as start
 
-        start(e.workers or os.cpu_count() or 1)
+        start(e.workers or cpu_count())
 
 
 def cool_down() -> None:

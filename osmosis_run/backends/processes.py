@@ -71,6 +71,7 @@ __all__ = [
     "HARD_GRACE_S",
     "Pool",
     "ProcessExecutor",
+    "cpu_count",
     "describe_exit",
     "discard_warm",
     "load_spec",
@@ -191,7 +192,7 @@ class Pool:
         """The pool of a plan's ``--workers`` options and classes."""
         run, e = plan.settings.run, plan.settings.execution
         config = plan.local_components().workflow_config
-        workers = e.workers or os.cpu_count() or 1
+        workers = e.workers or cpu_count()
         per_worker = (
             config.concurrency.max_concurrent if config is not None else DEFAULT_MAX_CONCURRENT
         )
@@ -800,6 +801,14 @@ def _rss(pid: int) -> int | None:
             return int(statm.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return None
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity, as a container or ``taskset`` sets it),
+    the default number of workers."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def describe_exit(code: int, *, verb: bool = False) -> str:
