@@ -9,7 +9,9 @@ workflow and grader once and run many rollouts at once on their own event loops;
 its rollouts' artifacts in place, in the run directory.
 
 ``run`` sends an attempt to the least busy worker, over a socket pair: one frame there, one
-back when it ends (and one when its grader starts). What the runner watches, every ``TICK_S``:
+back when it ends (and one when its grader starts, if the grader has a deadline or a rollout
+server reports ``grading``); the frames of one pass of the event loop leave in one write. What
+the runner watches, every ``TICK_S``:
 
 - **Crashes.** A worker that dies (SIGSEGV in native code, ``os._exit``, SIGKILL from outside,
   the OOM killer) loses its in-flight attempts only: each raises ``AttemptLost`` (run again,
@@ -17,16 +19,17 @@ back when it ends (and one when its grader starts). What the runner watches, eve
   again alone on a worker with nothing else in flight: the culprit then dies alone, and a
   rollout lost ``LOST_LIMIT + 1`` times in a row is recorded as "the worker process running
   this rollout died (SIGSEGV) 4 times in a row". The worker is replaced.
-- **Hard deadlines.** Each stage of an attempt has its deadline from when the worker started it
-  (``--agent-timeout``, ``--grader-timeout``); the worker cancels it there, as a local run
-  does. Code that does not stop (it never yields: a ``time.sleep``, a C loop) is killed
-  ``HARD_GRACE_S`` later with its worker's whole process group (subprocesses it started
-  included): that rollout is recorded as a ``timeout`` ("killed after not stopping at its
-  deadline"), the worker's other attempts run again as lost ones.
-- **Memory.** With ``--max-worker-memory``, a worker whose resident memory passes it is killed
-  and replaced; a rollout that was alone on it is recorded as a failure ("exceeded
-  --max-worker-memory 2 GiB"), otherwise its attempts run again alone, so the next time the
-  culprit is alone.
+- **Hard deadlines.** Each stage of an attempt has its deadline (``--agent-timeout``,
+  ``--grader-timeout``); the worker cancels it there, as a local run does. The runner counts
+  from when it sent the attempt, and for the grader from when the worker said it started. Code
+  that does not stop (it never yields: a ``time.sleep``, a C loop) is killed ``HARD_GRACE_S``
+  later with its worker's whole process group (subprocesses it started included): that
+  rollout is recorded as a ``timeout`` ("killed after not stopping at its deadline"), the
+  worker's other attempts run again as lost ones. A cancelled attempt gets the same grace.
+- **Memory.** With ``--max-worker-memory``, a worker whose resident memory (its own process's,
+  read from ``/proc`` every ``MEMORY_EVERY_S``) passes it is killed and replaced; a rollout
+  that was alone on it is recorded as a failure ("exceeded --max-worker-memory 2 GiB"),
+  otherwise its attempts run again alone, so the next time the culprit is alone.
 - **Recycling.** With ``--worker-recycle N``, a worker that has run N rollouts takes no more; a
   fresh one takes its place and the old one stops when its last rollout ends.
 
