@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import os
 import pickle
 import select
@@ -138,10 +137,11 @@ def _guard(alive_fd: int, *, keep: tuple[int, ...]) -> None:
         return
     try:  # the guard: no Python objects of the worker's are used past here
         os.close(mine_w)
-        for fd in range(3, 1024):
-            if fd not in (alive_fd, mine_r, *keep):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        start = 3  # every other descriptor goes, the socket to the runner first among them
+        for fd in sorted({alive_fd, mine_r, *keep}):
+            os.closerange(start, fd)
+            start = fd + 1
+        os.closerange(start, os.sysconf("SC_OPEN_MAX"))
         while True:
             ready, _, _ = select.select([alive_fd, mine_r], [], [])
             if any(os.read(fd, 1) == b"" for fd in ready):
