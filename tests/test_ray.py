@@ -42,6 +42,9 @@ pytestmark = [
     # Ray's node objects (cluster_utils) leave their log files to the garbage collector.
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    # Each test runs one to three evals on a shared cluster; CI runs them beside three other
+    # suites on 2 cores, where a Ray eval of 300 rows took over a minute.
+    pytest.mark.timeout(300),
 ]
 
 REPO = TESTS_DIR.parent
@@ -460,7 +463,10 @@ def test_artifacts_written_on_the_second_node_reach_the_run_directory(
     dataset = write_jsonl(workdir / "d.jsonl", data)
     out = workdir / "run"
     before = scratch_dirs()
-    done = ray_eval(workdir, cluster, *eval_args(dataset, out, "--ray-actors", "3"))
+    # One CPU each: the 1-CPU head holds one, the 2-CPU worker node the other two (SPREAD alone
+    # is best effort, and put all three on the head on a loaded machine).
+    args = eval_args(dataset, out, "--ray-actors", "3", "--ray-actor-cpus", "1")
+    done = ray_eval(workdir, cluster, *args)
     assert done.returncode == 0, done.stderr
     assert scratch_dirs() <= before  # each actor removed its scratch directory at the end
     nodes = {
