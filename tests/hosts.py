@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -173,9 +174,39 @@ class Host:
                 return
 
 
+def netns_names() -> list[str]:
+    """The named network namespaces of this machine (``ip netns list``)."""
+    done = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True, timeout=30
+    )
+    return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+
+
+def sweep_stale() -> list[str]:
+    """Remove the hosts a killed test run left behind, and return their names.
+
+    ``two_hosts`` removes its namespaces on the way out, failure or not, but a run killed
+    outright (SIGKILL, a CI timeout) cannot. Named namespaces outlive every process (they are
+    files under /run/netns), so the next ``two_hosts`` removes those named after a process
+    that is gone (``osr-<pid>-<n>-a``), ending what still runs in them first. A live run's
+    hosts are left alone.
+    """
+    removed = []
+    for name in netns_names():
+        match = re.fullmatch(r"osr-(\d+)-\d+-[ab]", name)
+        if match is None or Path(f"/proc/{match[1]}").exists():
+            continue
+        Host(name, "", Path()).end_processes()
+        _ip("netns", "del", name)
+        removed.append(name)
+    return removed
+
+
 @contextlib.contextmanager
 def two_hosts() -> Iterator[tuple[Host, Host]]:
-    """Hosts A (``SUBNET.1``) and B (``SUBNET.2``), joined by a veth pair; removed on the way out."""
+    """Hosts A (``SUBNET.1``) and B (``SUBNET.2``), joined by a veth pair; removed on the way
+    out (a namespace that cannot be removed is an error), and those of killed runs before."""
+    sweep_stale()
     n = next(_count)
     root = Path(tempfile.mkdtemp(prefix="osr-h"))
     names = [f"osr-{os.getpid()}-{n}-a", f"osr-{os.getpid()}-{n}-b"]
@@ -195,10 +226,15 @@ def two_hosts() -> Iterator[tuple[Host, Host]]:
     finally:
         for host in reversed(made):
             host.end_processes()
+        left = []
         for host in reversed(made):
-            with contextlib.suppress(subprocess.CalledProcessError):
+            try:
                 _ip("netns", "del", host.netns)
+            except subprocess.CalledProcessError as exc:
+                left.append(f"{host.netns} ({exc.stderr.strip()})")
         shutil.rmtree(root, ignore_errors=True)
+        if left:
+            raise RuntimeError(f"network namespaces not removed: {', '.join(left)}")
 
 
 class RayCluster:

@@ -26,7 +26,15 @@ from typing import Any
 
 import pytest
 from conftest import TESTS_DIR, write_jsonl
-from hosts import FakeModel, Host, RayCluster, read_jsonl, two_hosts, wait_for
+from hosts import (
+    FakeModel,
+    Host,
+    RayCluster,
+    netns_names,
+    read_jsonl,
+    two_hosts,
+    wait_for,
+)
 
 from osmosis_run.store.layout import MODEL_CALLS
 
@@ -356,3 +364,19 @@ def _results(out: Path) -> list[str]:
         with contextlib.suppress(ValueError):  # a line being written
             ids.append(json.loads(line)["rollout_id"])
     return ids
+
+
+def test_hosts_are_removed_and_those_a_killed_run_left_behind_too() -> None:
+    """A run killed outright leaves its named namespaces (files under /run/netns); the next
+    ``two_hosts`` removes them, and its own on the way out."""
+    stale = "osr-999999999-0-a"  # named after a process that cannot exist (past pid_max)
+    subprocess.run(["ip", "netns", "add", stale], check=True, capture_output=True, timeout=30)
+    try:
+        with two_hosts() as (a, b):
+            names = netns_names()
+            assert stale not in names
+            assert {a.netns, b.netns} <= set(names)
+        assert not {a.netns, b.netns} & set(netns_names())
+    finally:
+        if stale in netns_names():
+            subprocess.run(["ip", "netns", "del", stale], check=False, capture_output=True)
