@@ -119,11 +119,15 @@ def _gateway_line(up: Upstream) -> str:
     )
 
 
+@pytest.mark.parametrize("workers", [(), ("--workers", "2")], ids=["in-process", "workers"])
 def test_served_rollouts_call_the_gateway_counted_recorded_and_redacted(
-    serve: Callable[..., Process], up: Upstream, tmp_path: Path
+    serve: Callable[..., Process], up: Upstream, tmp_path: Path, workers: tuple[str, ...]
 ) -> None:
+    """Also with the rollouts in worker processes: each is handed the gateway's URL and run
+    key there."""
     out = tmp_path / "served"
     process = serve(
+        *workers,
         *OPENAI,
         "--out",
         str(out),
@@ -135,11 +139,14 @@ def test_served_rollouts_call_the_gateway_counted_recorded_and_redacted(
         UPSTREAM_KEY,
         "--token-price",
         "1,2",
+        lines=4 if workers else 3,
     )
+    said = ["osmosis-run serve: running the rollouts in 2 worker process(es)\n"]
     assert process.first_lines == [
         f"osmosis-run serve: listening on {process.url}\n",
         f"osmosis-run serve: recording to {out}\n",
         _gateway_line(up),
+        *(said if workers else []),
     ]
     bodies = _rollouts(process.url, ["a", "b"], headers={"Authorization": f"Bearer {SERVER_KEY}"})
     assert [body["status"] for body in bodies] == ["success", "success"]
