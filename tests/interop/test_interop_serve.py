@@ -100,8 +100,14 @@ def drive(port: int, rows: list[tuple[str, str]]) -> list[tuple[str, str | None,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ported", [False, True], ids=["unchanged", "import-line-ported"])
-def test_the_scaffold_is_served_by_osmosis_run_serve(tmp_path: Path, ported: bool) -> None:
+@pytest.mark.parametrize(
+    ("ported", "workers"),
+    [(False, ()), (True, ()), (False, ("--workers", "1"))],
+    ids=["unchanged", "import-line-ported", "unchanged-on-workers"],
+)
+def test_the_scaffold_is_served_by_osmosis_run_serve(
+    tmp_path: Path, ported: bool, workers: tuple[str, ...]
+) -> None:
     workspace = tmp_path / "ws"
     osmosis_init(workspace, "served")
     rollout = workspace / "rollouts" / "served"
@@ -123,6 +129,7 @@ def test_the_scaffold_is_served_by_osmosis_run_serve(tmp_path: Path, ported: boo
         str(port),
         "--out",
         str(tmp_path / "served"),
+        *workers,
     ]
     with serving(argv, rollout, port) as process:  # fmt: skip
         answers = drive(port, [("r1", "2*3"), ("r2", "2*4")])
