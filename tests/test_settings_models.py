@@ -167,7 +167,7 @@ FLAT_NAMES = {
         "api_key", "server", "server_api_key", "secrets_file",
         "backend", "workers", "max_worker_memory", "worker_recycle",
         "ray_address", "ray_actors", "ray_actor_cpus", "ray_batch", "ray_shared_fs",
-        "ray_ready_timeout",
+        "ray_ready_timeout", "time_limit", "max_cost", "max_tokens",
     ],
     "output": ["out", "runs_dir", "fresh", "retry_failed", "jsonl", "no_messages"],
     "after": [

@@ -224,6 +224,27 @@ def eval_command(
     baseline: options.Baseline = None,
     fail_on_regression: options.FailOnRegression = None,
     max_error_rate: options.MaxErrorRate = None,
+    time_limit: options.TimeLimit = None,
+    max_cost: Annotated[
+        str | None,
+        _opt(
+            "--max-cost",
+            metavar="USD",
+            help="Stop cleanly once the model calls cost this much (the gateway's tokens at "
+            "--token-price); exit 124.",
+            panel=options.BUDGETS,
+        ),
+    ] = None,
+    max_tokens: Annotated[
+        str | None,
+        _opt(
+            "--max-tokens",
+            metavar="N",
+            help="Stop cleanly once the model calls used this many tokens (the gateway's "
+            "count); exit 124.",
+            panel=options.BUDGETS,
+        ),
+    ] = None,
     verbose: options.Verbose = 0,
     quiet: options.Quiet = False,
     backend: Annotated[
@@ -321,6 +342,7 @@ def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False
     from osmosis_run.cli.streams import results_channel
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.finish import check_targets
+    from osmosis_run.run.budgets import check_budgets
 
     try:
         settings = options.resolve(values, config)
@@ -330,6 +352,7 @@ def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False
             return run_validate(settings)
         check_targets(settings.after)
         check_backend_options(settings.execution)
+        check_budgets(settings)
     except OsmosisRunError as exc:
         print_error(exc)
         return exit_codes.USAGE

@@ -9,6 +9,7 @@ GATE_FAILED = 1
 USAGE = 2
 ERROR_BUDGET = 3
 INFRASTRUCTURE = 4
+BUDGET_REACHED = 124  # as timeout(1)
 INTERRUPTED = 130
 # The signals that stop a command (the first one cleanly), and then exit ``INTERRUPTED``.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -18,7 +19,9 @@ EXIT_CODES_HELP = (
     "--fail-on-regression); 2 usage, configuration, import or dataset-file error (nothing ran); "
     "3 error budget exceeded (--max-error-rate; by default any failed, timed-out or invalid "
     "rollout); 4 infrastructure error mid-run (disk full, writer process lost): what finished "
-    "is kept; fix it and re-run to resume; 130 interrupted (re-run the same command to resume)."
+    "is kept; fix it and re-run to resume; 124 a run budget ran out (--time-limit, --max-cost, "
+    "--max-tokens): what finished is kept, the same command resumes; 130 interrupted (re-run "
+    "the same command to resume)."
 )
 
 REPORT_HELP = (

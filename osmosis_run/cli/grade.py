@@ -60,6 +60,7 @@ def grade_command(
     ] = None,
     fail_under: options.FailUnder = None,
     max_error_rate: options.MaxErrorRate = None,
+    time_limit: options.TimeLimit = None,
     html: options.RunHtml = None,
     junit: options.RunJunit = None,
     baseline: options.Baseline = None,

@@ -13,6 +13,7 @@ from osmosis_run.cli.streams import err, stderr
 
 if TYPE_CHECKING:
     from osmosis_run.results.gates import Verdict
+    from osmosis_run.results.records import BudgetStop
 
 
 def print_error(exc: BaseException) -> None:
@@ -30,6 +31,14 @@ def print_resume_hint(run_dir: Path, *, failed: bool = False) -> None:
     command = shlex.join(["osmosis-run", *sys.argv[1:]])
     why = "fix it and resume" if failed else "interrupted; resume"
     err.print(f"osmosis-run: {why} with: {command}", markup=False)
+    err.print(f"osmosis-run: finished rollouts are kept in {run_dir}", markup=False)
+
+
+def print_budget_reached(stop: BudgetStop, run_dir: Path) -> None:
+    """How a run a budget stopped ended, and how to go on (the same command)."""
+    err.print(f"osmosis-run: {stop.message or stop.reached}", markup=False)
+    command = shlex.join(["osmosis-run", *sys.argv[1:]])
+    err.print(f"osmosis-run: resume with: {command}", markup=False)
     err.print(f"osmosis-run: finished rollouts are kept in {run_dir}", markup=False)
 
 

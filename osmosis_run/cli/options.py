@@ -213,6 +213,19 @@ def baseline(*, panel: str | None = None) -> Any:
     )
 
 
+# The budgets of the commands that run rollouts (run/budgets.py): reached, the run stops (124).
+BUDGETS = "Budgets (exit 124 when one runs out)"
+TimeLimit = Annotated[
+    str | None,
+    opt(
+        "--time-limit",
+        metavar="DURATION",
+        help="Stop cleanly after this long (90s, 45m, 2h): rollouts in flight are cancelled, "
+        "what finished is kept, exit 124; the same command resumes.",
+        panel=BUDGETS,
+    ),
+]
+
 # The gates and reports of the commands that run rollouts (eval, grade): one panel, one text.
 GATES = "Gates and reports"
 FailUnder = Annotated[list[str] | None, fail_under(panel=GATES)]

@@ -103,6 +103,9 @@ def _finish(settings: EvalSettings, outcome: RunOutcome) -> int:
             return exit_codes.USAGE  # the input changed under the run (a streamed dataset)
         messages.print_resume_hint(outcome.run_dir, failed=True)
         return exit_codes.INFRASTRUCTURE
+    if outcome.budget is not None:
+        messages.print_budget_reached(outcome.budget, outcome.run_dir)
+        return exit_codes.BUDGET_REACHED
     if outcome.interrupted:
         messages.print_resume_hint(outcome.run_dir)
         return exit_codes.INTERRUPTED

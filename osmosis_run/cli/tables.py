@@ -40,7 +40,7 @@ def print_summary(outcome: RunOutcome) -> None:
     """The end-of-run table and the first errors."""
     summary = outcome.summary
     state = "interrupted" if summary.interrupted else "finished"
-    if outcome.failure is not None:
+    if outcome.failure is not None or summary.budget is not None:
         state = "stopped"
     err.print(summary_table(summary, title=f"osmosis-run: {state} {outcome.run_dir}"))
     for example in summary.first_errors:

@@ -37,8 +37,9 @@ class RolloutUsage:
         self.seen[digest] = n + 1
         return n
 
-    def add_tokens(self, usage: dict[str, Any] | None) -> int:
-        """Count a response's ``usage``; return its total tokens."""
+    def add_tokens(self, usage: dict[str, Any] | None, live: LiveStats, *, billed: bool) -> int:
+        """Count a response's ``usage`` here and in the run's ``live`` figures (``billed``: the
+        upstream answered it, not the cache); return its total tokens."""
         if not isinstance(usage, dict):
             return 0
         prompt = _count(usage.get("prompt_tokens"))
@@ -48,6 +49,11 @@ class RolloutUsage:
         counted.prompt_tokens += prompt
         counted.completion_tokens += completion
         counted.total_tokens += total
+        live.tokens += total
+        if billed:
+            live.billed_prompt_tokens += prompt
+            live.billed_completion_tokens += completion
+            live.billed_tokens += total
         return total
 
 
@@ -72,6 +78,10 @@ class LiveStats:
     in_flight: int = 0
     calls: int = 0
     tokens: int = 0
+    # Tokens the upstream answered (not the cache): what the run budgets count (run/budgets.py).
+    billed_tokens: int = 0
+    billed_prompt_tokens: int = 0
+    billed_completion_tokens: int = 0
     rate_limited: int = 0
     retries: int = 0
     cache_hits: int = 0

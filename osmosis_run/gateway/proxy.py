@@ -525,11 +525,10 @@ class _Call:
         if account is not None:
             account.usage.requests += 1
             account.usage.model_wait_ms += elapsed_ms
-            tokens = account.add_tokens(self.usage)
+            tokens = account.add_tokens(self.usage, live, billed=not self.cached)
             account.usage.errors += failed
         else:
-            tokens = RolloutUsage().add_tokens(self.usage)
-        live.tokens += tokens
+            tokens = RolloutUsage().add_tokens(self.usage, live, billed=not self.cached)
         live.errors += failed
         if self.proxy.tpm is not None and tokens:
             self.proxy.tpm.charge(tokens)

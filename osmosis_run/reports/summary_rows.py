@@ -13,6 +13,8 @@ __all__ = ["summary_rows"]
 def summary_rows(s: Summary) -> list[tuple[str, str]]:
     """The summary as (label, value) rows: counts, rewards, pass rates, latency, wall, usage."""
     rows = count_rows(s)
+    if s.budget is not None:  # the run budget that stopped it
+        rows.append(("budget", s.budget.message or s.budget.reached))
     g, a = s.reward_graded, s.reward_all
     rows.append(
         (

@@ -17,6 +17,7 @@ __all__ = [
     "ERROR_STATUSES",
     "STATUSES",
     "USAGE_COUNTERS",
+    "BudgetStop",
     "Distribution",
     "ErrorExample",
     "GroupSummary",
@@ -157,6 +158,20 @@ class ModelSummary(ModelUsage):
     gateway: dict[str, Any] | None = None
 
 
+class BudgetStop(BaseModel):
+    """The run budget that stopped an invocation (``run/budgets.py``): summary.json's ``budget``.
+
+    ``limit`` and ``spent`` are in the budget's unit: seconds, USD or tokens. ``reached`` says it
+    (``time limit 45m reached``); ``message`` is the whole line the run ended with.
+    """
+
+    budget: Literal["time_limit", "max_cost", "max_tokens"]
+    limit: float
+    spent: float
+    reached: str
+    message: str | None = None
+
+
 class Summary(BaseModel):
     """The metrics of a run, as written to ``summary.json``."""
 
@@ -186,6 +201,8 @@ class Summary(BaseModel):
     model: ModelSummary | None = None
     # Where a backend ran the rollouts and what it lost (Ray: actors by node, losses).
     backend: dict[str, Any] | None = None
+    # The budget that stopped this invocation (--time-limit, --max-cost, --max-tokens), if one did.
+    budget: BudgetStop | None = None
 
 
 def count_rows(s: Summary) -> list[tuple[str, str]]:

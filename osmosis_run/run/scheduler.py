@@ -18,7 +18,9 @@ except those a stop or an infrastructure failure leaves unfinished, and then the
 - a rollout past its deadline is cancelled; one that ignores the cancellation is recorded as a
   timeout after ``ABANDON_GRACE_S`` more and abandoned (its task is left to itself); one that
   returns after its deadline (blocking code held the loop) is a timeout too;
-- a stop cancels the rollouts in flight and waits ``STOP_GRACE_S`` at most for them;
+- a stop cancels the rollouts in flight and waits ``STOP_GRACE_S`` at most for them; a run
+  budget that runs out (``--time-limit``, ``--max-cost``, ``--max-tokens``: ``run/budgets.py``)
+  stops the run the same way, and ``RunOutcome.budget`` says which;
 - a watchdog thread names the rollout that holds the event loop for ``BLOCKED_AFTER_S``;
 - a full disk or a lost writer process ends the run with ``RunOutcome.failure`` and a summary of
   what is durable; an executor's unexpected exception (the lifecycle's ``"stop"`` policy), or a
@@ -42,7 +44,8 @@ from typing import Any, Protocol
 
 from osmosis_run.errors import DatasetError, InfrastructureError, OsmosisRunError
 from osmosis_run.results.outcome import is_error
-from osmosis_run.results.records import ResultLine, Summary
+from osmosis_run.results.records import BudgetStop, ResultLine, Summary
+from osmosis_run.run.budgets import Budgets, stop_message
 from osmosis_run.run.dataset import is_stream, iter_rows, rollout_id
 from osmosis_run.run.deadlines import ABANDON_GRACE_S, BLOCKED_AFTER_S, Deadlines, Watchdog
 from osmosis_run.run.feeds import Feed, InlineFeed, ThreadFeed, open_stream
@@ -117,7 +120,8 @@ class RunOutcome:
     ``failure`` is set when the run could not go on: the machine failed under it
     (``InfrastructureError``: a full disk, a lost writer process) or a streamed dataset turned
     out to be another one (``DatasetError``). ``summary`` then counts what is durable in
-    results.jsonl, and the run resumes once the cause is fixed. ``abandoned`` counts rollouts
+    results.jsonl, and the run resumes once the cause is fixed. ``budget`` is set (and
+    ``interrupted`` true) when a run budget stopped it. ``abandoned`` counts rollouts
     whose code ignored cancellation and may still be running: the process should exit rather
     than wait for them.
     """
@@ -127,6 +131,7 @@ class RunOutcome:
     interrupted: bool
     failure: OsmosisRunError | None = None
     abandoned: int = 0
+    budget: BudgetStop | None = None
 
 
 @dataclass(slots=True)
@@ -207,6 +212,8 @@ class Scheduler:
         self.planned = plan.planned
         self.deadlines = Deadlines(abandon_grace_s=abandon_grace_s)
         s = self.settings
+        self.budgets = Budgets.of(s)
+        self._budget_stop: BudgetStop | None = None
         self.lifecycle = Lifecycle(
             executor,
             store,
@@ -368,20 +375,51 @@ class Scheduler:
             OsmosisRunError: the executor could not get ready (before any rollout ran).
         """
         self._main = asyncio.current_task()  # a stop while the executor gets ready cancels it
+        began = time.monotonic()  # the time limit counts the executor's start too
+        limit = self.budgets.time_limit_s
+        timer = None
+        if limit is not None:
+            timer = asyncio.get_running_loop().call_later(
+                limit, lambda: self._ran_out(self.budgets.out_of_time(time.monotonic() - began))
+            )
         try:
-            await self.executor.open()
-        except asyncio.CancelledError:
-            if not self._halting or self._main is None:
+            try:
+                await self.executor.open()
+            except asyncio.CancelledError:
+                if not self._halting or self._main is None:
+                    self.store.close()
+                    raise
+                self._main.uncancel()  # stopped before any rollout ran: the run ends at once
+            except BaseException:
                 self.store.close()
                 raise
-            self._main.uncancel()  # stopped before any rollout ran: the run ends at once
-        except BaseException:
-            self.store.close()
-            raise
-        try:
-            return await self._run()
+            try:
+                return await self._run()
+            finally:
+                await self.executor.close()
         finally:
-            await self.executor.close()
+            if timer is not None:
+                timer.cancel()
+
+    def _ran_out(self, stop: BudgetStop) -> None:
+        """A run budget ran out: stop as a Ctrl-C does (unless the run is stopping already)."""
+        if self._halting or self._main is None:
+            return
+        self._budget_stop = stop
+        if self.reporter is not None:
+            self.reporter.notice(
+                f"osmosis-run: {stop.reached}: stopping; cancelling rollouts in flight, keeping "
+                "what finished"
+            )
+        self._halt()
+
+    def _watch_spending(self) -> None:
+        """Stop the run once the model calls have used up ``--max-tokens`` or ``--max-cost``."""
+        if self.gateway is None or not self.budgets.counts_spending or self._halting:
+            return
+        stop = self.budgets.spent(self.gateway.live)
+        if stop is not None:
+            self._ran_out(stop)
 
     async def _run(self) -> RunOutcome:
         self._main = asyncio.current_task()
@@ -409,6 +447,7 @@ class Scheduler:
             interrupted=self._halting and self._failure is None,
             failure=self._failure,
             abandoned=self.deadlines.cancel_abandoned(),
+            budget=summary.budget if self._failure is None else None,
         )
 
     def _close(self) -> Summary:
@@ -456,6 +495,10 @@ class Scheduler:
         backend_stats = getattr(self.executor, "stats", None)  # where a backend has news
         if callable(backend_stats):
             summary.backend = backend_stats()
+        stop = self._budget_stop
+        if stop is not None and interrupted:
+            message = stop_message(stop, done=summary.rollouts, planned=summary.planned)
+            summary.budget = stop.model_copy(update={"message": message})
         return summary
 
     async def _execute(self) -> None:
@@ -524,7 +567,9 @@ class Scheduler:
             self._start(job, window)
 
     async def _next_jobs(self, feed: Feed) -> list[Job] | None:
-        """The next batch of jobs; None at the end, or when the dataset failed (the run stops)."""
+        """The next batch of jobs; None at the end, when the dataset failed, or once stopped."""
+        if self._halting:  # stopped (while the executor got ready, say): nothing more starts
+            return None
         try:
             return await feed.next_batch()
         except DatasetError as exc:
@@ -609,6 +654,7 @@ class Scheduler:
                 self._fail(exc)
                 return
             self._report_handed()
+            self._watch_spending()
             now = time.perf_counter()
             if not watch or now < next_check:
                 continue

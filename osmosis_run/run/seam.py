@@ -92,6 +92,7 @@ __all__ = [
     "Deadlines",
     "Executor",
     "ModelGateway",
+    "Spending",
 ]
 
 T = TypeVar("T")
@@ -215,6 +216,26 @@ class Executor(Protocol):
         ...
 
 
+class Spending(Protocol):
+    """What the model calls of this invocation used so far (the gateway's ``LiveStats``);
+    calls the model cache answered are free, and not counted."""
+
+    @property
+    def billed_prompt_tokens(self) -> int:
+        """Prompt tokens of every call the upstream answered."""
+        ...
+
+    @property
+    def billed_completion_tokens(self) -> int:
+        """Completion tokens of every call the upstream answered."""
+        ...
+
+    @property
+    def billed_tokens(self) -> int:
+        """Total tokens of every call the upstream answered."""
+        ...
+
+
 class ModelGateway(Protocol):
     """What the engine asks of the model gateway (``osmosis_run.gateway``), when a run has one.
 
@@ -243,4 +264,9 @@ class ModelGateway(Protocol):
 
     def stats(self) -> dict[str, Any]:
         """What the gateway saw in this invocation (for summary.json)."""
+        ...
+
+    @property
+    def live(self) -> Spending:
+        """The run's model calls so far, as they happen (what the run budgets count)."""
         ...

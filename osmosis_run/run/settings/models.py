@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Self
@@ -107,6 +108,42 @@ def _size(value: Any) -> Any:
 WorkerCount = Annotated[int, Field(ge=1)] | None
 WorkerMemory = Annotated[Annotated[int, Field(gt=0)] | None, BeforeValidator(_size)]
 WorkerRecycle = Annotated[int, Field(ge=1)] | None
+
+
+def _duration(value: Any) -> Any:
+    """A duration as written (``90s``, ``45m``, ``2h``, ``1h30m``), or a number of seconds."""
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+def _usd(value: Any) -> Any:
+    """An amount of USD as written: ``5``, ``2.50``, ``$5``."""
+    return value.strip().removeprefix("$").strip() if isinstance(value, str) else value
+
+
+def _tokens(value: Any) -> Any:
+    """A count of tokens as written: ``500000``, ``500_000``, ``500k``, ``2M``."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().replace("_", "").replace(",", "")
+    factor = {"k": 1000, "m": 1000**2}.get(text[-1:].lower())
+    if factor is None:
+        return text
+    try:
+        number = float(text[:-1]) * factor
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() else value
+
+
+# A run budget (run/budgets.py): wall time in seconds, USD, tokens. Not in the fingerprint: the
+# same command with a larger budget resumes the run.
+TimeLimit = Annotated[
+    Annotated[float, Field(gt=0, allow_inf_nan=False)] | None, BeforeValidator(_duration)
+]
+MaxCost = Annotated[
+    Annotated[float, Field(gt=0, allow_inf_nan=False)] | None, BeforeValidator(_usd)
+]
+MaxTokens = Annotated[Annotated[int, Field(ge=1)] | None, BeforeValidator(_tokens)]
 
 
 class _Group(BaseModel):
@@ -211,6 +248,10 @@ class Execution(_Group):
     ray_ready_timeout: float = Field(120.0, gt=0)
     server: str | None = None
     server_api_key: SecretStr | None = Field(None, repr=False, exclude=True)
+    # Run budgets (run/budgets.py): reached, the run stops cleanly and exits 124.
+    time_limit: TimeLimit = None
+    max_cost: MaxCost = None
+    max_tokens: MaxTokens = None
     secrets_file: str | None = None  # a dotenv file with the [secrets] values (--secrets-file)
 
     @property
@@ -570,6 +611,51 @@ def parse_size(text: str) -> int:
     if not math.isfinite(value) or value <= 0:
         raise PydanticCustomError("size", "Input should be a size greater than 0, such as 2GiB")
     return math.ceil(value * factor)
+
+
+_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|min|s|m|h|d)?", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration written as ``90s``, ``45m``, ``2h``, ``1h30m``, ``1.5h`` or ``90``.
+
+    Raises:
+        PydanticCustomError: not a positive duration with known units.
+    """
+    rest = text.strip().replace(" ", "")
+    seconds = 0.0
+    position = 0
+    while position < len(rest):
+        match = _DURATION.match(rest, position)
+        if match is None:
+            break
+        unit = (match.group(2) or "s").lower()
+        seconds += float(match.group(1)) * _SECONDS[unit]
+        position = match.end()
+        if match.group(2) is None and position < len(rest):
+            break  # a bare number is seconds, and only alone
+    if not rest or position < len(rest):
+        raise PydanticCustomError(
+            "duration", "Input should be a duration such as 90s, 45m, 2h or 1h30m"
+        )
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise PydanticCustomError("duration", "Input should be a duration greater than 0")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as people write it: ``90s``, ``45m``, ``2h``, ``1h30m``, ``0.5s``."""
+    if seconds < 60 * 60 and (seconds < 120 or seconds % 60):
+        return f"{seconds:g}s" if seconds % 1 else f"{int(seconds)}s"
+    whole = round(seconds)
+    hours, minutes, rest = whole // 3600, whole % 3600 // 60, whole % 60
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{rest}s" if rest else "",
+    ]
+    return "".join(parts)
 
 
 def format_size(size: int) -> str:
