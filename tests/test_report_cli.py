@@ -348,7 +348,7 @@ def test_report_writes_html(cli: Cli, tmp_path: Path) -> None:
 def test_report_reads_the_run_once_for_html_and_junit(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from osmosis_run.store.rundata import load_run
+    from osmosis_run.store.rundata import load_run, read_run_config
 
     mixed_run(tmp_path / "run")
     reads: list[Path] = []
@@ -360,7 +360,7 @@ def test_report_reads_the_run_once_for_html_and_junit(
 
         return load
 
-    monkeypatch.setattr("osmosis_run.reports.report.load_run", counted(load_run))
+    monkeypatch.setattr("osmosis_run.reports.report.read_run_config", counted(read_run_config))
     monkeypatch.setattr("osmosis_run.reports.html_report.load_run", counted(load_run))
 
     result = cli("report", "run", "--json", "--html", "r.html", "--junit", "j.xml")

@@ -94,11 +94,12 @@ def run_report(
     from osmosis_run.cli import messages
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.finish import write_report_files
-    from osmosis_run.reports.report import build_report, open_run
+    from osmosis_run.reports.report import read_report
 
     try:
-        run = open_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
-        document = build_report(run, slowest=top, lowest=lowest)
+        run, document = read_report(
+            run_dir, pass_threshold=pass_threshold, group_by=group_by, slowest=top, lowest=lowest
+        )
     except OsmosisRunError as exc:
         messages.print_error(exc)
         return exit_codes.USAGE

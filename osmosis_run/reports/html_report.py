@@ -35,6 +35,11 @@ Limits, so that a 20,000-rollout run stays a file a browser opens in well under 
   so and link to their ``trajectory.json``.
 - Error messages, labels, metadata and metrics are cut at 2,000 characters each; tracebacks keep
   their last 8,000. At most 50 artifact files are listed per rollout.
+- The rollouts table lists at most 20,000 rollouts (``MAX_ROWS``; the comparison page, 20,000
+  pairs): every one that did not pass first (on the comparison page, the flipped ones, then those
+  failing in either run), then the others in row order. The page says so; its numbers and charts
+  count every rollout. A million-rollout run's page is then about as large as a 20,000-rollout
+  run's, and it is made in two passes over the results, never holding them all.
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ import math
 import os
 import re
 import time
+from array import array
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -60,8 +66,8 @@ from osmosis_run.errors import ConfigError
 from osmosis_run.reports._files import write_whole
 from osmosis_run.reports.message_text import message_text
 from osmosis_run.results import outcome
-from osmosis_run.results.compare import Comparison, Delta, compare_runs
-from osmosis_run.results.records import STATUSES, ResultLine
+from osmosis_run.results.compare import Comparison, Delta, compare_runs, pair_rollouts
+from osmosis_run.results.records import STATUSES, ResultLine, Summary
 from osmosis_run.results.rundata import RunData
 from osmosis_run.store.layout import (
     ARTIFACTS,
@@ -73,7 +79,14 @@ from osmosis_run.store.layout import (
 from osmosis_run.store.rundata import load_run
 
 __all__ = [
+    "MetricMeans",
+    "charts",
+    "compare_payload",
+    "limits",
     "render_compare_html",
+    "rollout_detail",
+    "rollout_row",
+    "usage_totals",
     "render_run_html",
     "save_compare_html",
     "save_run_html",
@@ -96,6 +109,8 @@ MAX_TRACEBACK_CHARS = 8_000
 MAX_ARTIFACTS = 50
 METRIC_KEYS = 12
 GLANCE_CHARS = 100  # the prompt and final answer columns of the rollout table
+MAX_ROWS = 20_000  # rollouts (or pairs) the table lists
+_MAX_ROW_BITS = 1 << 28  # row indices a run page tracks to find rows with several rollouts
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -112,18 +127,28 @@ def render_run_html(run: RunData, *, html_dir: Path | None = None) -> str:
             files; by default the run directory itself.
     """
     base = _link_base(run.run_dir, html_dir if html_dir is not None else run.run_dir)
-    rollouts = _rollouts(run, run.summary.pass_threshold)
+    threshold = run.summary.pass_threshold
+    scan = _RunScan(threshold)
+    for line in run.lines:
+        scan.add(line)
+    listed, groups = _listed(run.lines, scan)
+    where = os.path.join(run.run_dir, ROLLOUTS)
+    budget = [MODEL_CALLS_BUDGET_CHARS]
+    rollouts = [
+        _rollout(line, threshold, os.path.join(where, line.rollout_id), budget)
+        for line in (run.lines[position] for position in listed)
+    ]
     embedding = _embed(rollouts, lambda r: 0 if r.failing else None)
     payload = {
         "kind": "run",
         "run": _run_info(run, base),
         "summary": run.summary.model_dump(mode="json"),
-        "charts": _charts(run),
-        "metrics": _metric_means(run.lines),
+        "charts": charts(run.summary, scan.rewards, scan.workflow, scan.grader),
+        "metrics": scan.metrics.means(),
         "rows": [r.row for r in rollouts],
-        "groups": _row_groups(rollouts),
-        "usage": _usage_totals(run),
-        "limits": embedding,
+        "groups": groups,
+        "usage": usage_totals(run.summary),
+        "limits": {**embedding, **_listing(scan.count, len(rollouts))},
     }
     return _page(f"{_name(run)} · osmosis-run report", payload)
 
@@ -170,20 +195,37 @@ def render_compare_html(
     """
     cmp = comparison if comparison is not None else compare_runs(a, b)
     where = html_dir if html_dir is not None else _common_dir(a.run_dir, b.run_dir)
-    rows_a = {r.row["i"]: r for r in _rollouts(a, cmp.pass_threshold)}
-    rows_b = {r.row["i"]: r for r in _rollouts(b, cmp.pass_threshold)}
-    pairs = _pairs(rows_a, rows_b, _flips(cmp))
-    embedding = _embed([*rows_a.values(), *rows_b.values()], lambda r: r.compare_priority)
-    payload = {
-        "kind": "compare",
-        "a": {**_run_info(a, _link_base(a.run_dir, where)), "summary": _dump(a)},
-        "b": {**_run_info(b, _link_base(b.run_dir, where)), "summary": _dump(b)},
-        "comparison": _comparison(cmp),
-        "paired": _paired_stats(pairs),
-        "pairs": [p.row for p in pairs],
-        "limits": embedding,
-    }
+    bases = (_link_base(a.run_dir, where), _link_base(b.run_dir, where))
+    payload = compare_payload(a, b, comparison=cmp, bases=bases)
     return _page(f"{_name(a)} vs {_name(b)} · osmosis-run comparison", payload)
+
+
+def compare_payload(
+    a: RunData, b: RunData, *, comparison: Comparison, bases: tuple[str, str]
+) -> dict[str, Any]:
+    """What the comparison page draws (the report embeds it; ``osmosis-run view`` serves it):
+    ``comparison``'s numbers, both runs, their rollouts paired; ``bases`` prefix the links to
+    each run's files."""
+    cmp = comparison
+    threshold, flips = cmp.pass_threshold, _flips(cmp)
+    scan = _PairScan(flips)
+    glances_a, glances_b = _glances(a, threshold), _glances(b, threshold)
+    for side_a, side_b in pair_rollouts(glances_a, glances_b, lambda g: g.rollout_id):
+        scan.add(side_a, side_b)
+    listed = {key[-1] for key in scan.choice.result()}
+    rows_a = _listed_rollouts(a, listed, threshold)
+    rows_b = _listed_rollouts(b, listed, threshold)
+    pairs = _pairs(rows_a, rows_b, flips)
+    embedding = _embed([*rows_a.values(), *rows_b.values()], lambda r: r.compare_priority)
+    return {
+        "kind": "compare",
+        "a": {**_run_info(a, bases[0]), "summary": _dump(a)},
+        "b": {**_run_info(b, bases[1]), "summary": _dump(b)},
+        "comparison": _comparison(cmp),
+        "paired": scan.stats(),
+        "pairs": [p.row for p in pairs],
+        "limits": {**embedding, **_listing(scan.count, len(pairs))},
+    }
 
 
 def write_compare_html(
@@ -321,18 +363,197 @@ class _Rollout:
     compare_priority: int | None = None
 
 
-def _rollouts(run: RunData, threshold: float) -> list[_Rollout]:
-    lines = sorted(run.lines, key=lambda line: (line.row_index, line.sample_index, line.rollout_id))
-    rollouts = os.path.join(run.run_dir, ROLLOUTS)
+def _listed_rollouts(run: RunData, ids: set[str], threshold: float) -> dict[str, _Rollout]:
+    """The rollouts of ``run`` whose ids are in ``ids``, by id (a pass over its results)."""
+    where = os.path.join(run.run_dir, ROLLOUTS)
     budget = [MODEL_CALLS_BUDGET_CHARS]
-    return [
-        _rollout(line, threshold, os.path.join(rollouts, line.rollout_id), budget) for line in lines
-    ]
+    return {
+        line.rollout_id: _rollout(line, threshold, os.path.join(where, line.rollout_id), budget)
+        for line in run.lines
+        if line.rollout_id in ids
+    }
+
+
+def _listing(rollouts: int, listed: int) -> dict[str, int]:
+    """How many rollouts (or pairs) there are and how many the table lists (the page says so)."""
+    return {"rollouts": rollouts, "listed": listed, "max_rows": MAX_ROWS}
+
+
+class _Choice:
+    """The ``size`` least keys of a stream (the rollouts a table lists), in O(size) memory.
+
+    Keys are kept, sorted and cut to ``size`` whenever twice as many are kept; the greatest kept
+    then bounds what may still enter, so most keys of a long run are one comparison each.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = max(size, 1)
+        self.kept: list[tuple[Any, ...]] = []
+        self.bound: tuple[Any, ...] | None = None
+
+    def add(self, key: tuple[Any, ...]) -> None:
+        if self.bound is not None and not key < self.bound:
+            return
+        self.kept.append(key)
+        if len(self.kept) >= 2 * self.size:
+            self._cut()
+
+    def _cut(self) -> None:
+        self.kept.sort()
+        del self.kept[self.size :]
+        self.bound = self.kept[-1]
+
+    def result(self) -> list[tuple[Any, ...]]:
+        """The least keys, in order."""
+        if self.kept:
+            self._cut()
+        return self.kept
+
+
+class _RunScan:
+    """The first pass of a run's page over every rollout: what its charts draw, the metric
+    means, and which rollouts its table lists (those that did not pass first, then by row)."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.count = 0
+        self.rewards: array[float] = array("d")
+        self.workflow: array[float] = array("d")
+        self.grader: array[float] = array("d")
+        self.metrics = MetricMeans()
+        self.choice = _Choice(MAX_ROWS)
+        self.rows = bytearray()  # a bit per row index seen
+        self.repeated = False  # a row has two or more rollouts (samples): the table groups them
+
+    def add(self, line: ResultLine) -> None:
+        position = self.count
+        self.count += 1
+        if line.reward is not None:
+            self.rewards.append(line.reward)
+        if line.workflow_ms is not None:
+            self.workflow.append(line.workflow_ms)
+        if line.grader_ms is not None:
+            self.grader.append(line.grader_ms)
+        if line.metrics:
+            self.metrics.add(line.metrics)
+        failing = outcome.passed(line.status, line.reward, self.threshold) is False
+        order = (line.row_index, line.sample_index, line.rollout_id)
+        self.choice.add((not failing, *order, position))
+        if not self.repeated:
+            self._row(line.row_index)
+
+    def _row(self, index: int) -> None:
+        if not 0 <= index < _MAX_ROW_BITS:
+            self.repeated = True  # not tracked: look for rows with several rollouts
+            return
+        byte, bit = index >> 3, 1 << (index & 7)
+        if byte >= len(self.rows):
+            self.rows.extend(bytes(max(byte + 1 - len(self.rows), len(self.rows))))
+        if self.rows[byte] & bit:
+            self.repeated = True
+        self.rows[byte] |= bit
+
+
+def _listed(
+    lines: Sequence[ResultLine], scan: _RunScan
+) -> tuple[list[int], dict[str, dict[str, Any]]]:
+    """Where the rollouts the table lists are in ``lines``, in row order, and the groups of
+    their rows' samples (a second pass counts every rollout of those rows, when a row has
+    several)."""
+    chosen = scan.choice.result()
+    listed = [key[-1] for key in sorted(chosen, key=lambda key: key[1:])]
+    if not scan.repeated:
+        return listed, {}
+    rows = {key[1] for key in chosen}
+    groups = _RowGroups(scan.threshold)
+    for line in lines:
+        if line.row_index in rows:
+            groups.add(line)
+    return listed, groups.result()
+
+
+class _RowGroups:
+    """Per dataset row with two or more rollouts (``-n``): samples, passed, failed, errors,
+    and the mean score (failures count 0), so the table can head each row's samples."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.rows: dict[int, list[float]] = {}  # rollouts, passed, failed, errors, scored, sum
+
+    def add(self, line: ResultLine) -> None:
+        tally = self.rows.setdefault(line.row_index, [0, 0, 0, 0, 0, 0.0])
+        tally[0] += 1
+        kind = _outcome({"st": line.status, "p": _passed(line, self.threshold)})
+        if kind in _GROUP_COUNTS:
+            tally[_GROUP_COUNTS[kind]] += 1
+        score = outcome.score(line.status, _finite(line.reward))
+        if score is not None:
+            tally[4] += 1
+            tally[5] += score
+
+    def result(self) -> dict[str, dict[str, Any]]:
+        return {
+            str(index): {
+                "n": int(n),
+                "p": int(p),
+                "f": int(f),
+                "e": int(e),
+                "m": total / scored if scored else None,
+            }
+            for index, (n, p, f, e, scored, total) in self.rows.items()
+            if n >= 2
+        }
+
+
+_GROUP_COUNTS = {"pass": 1, "fail": 2, "error": 3}
+
+
+def _passed(line: ResultLine, threshold: float) -> bool | None:
+    return outcome.passed(line.status, line.reward, threshold)
 
 
 def _rollout(
     line: ResultLine, threshold: float, where: str, calls_budget: list[int] | None = None
 ) -> _Rollout:
+    row = rollout_row(line, threshold)
+    row.update(_files(where))
+    if "c" in row.get("f", ""):
+        row.update(_model_calls(os.path.join(where, MODEL_CALLS), calls_budget or [0]))
+    messages = line.messages
+    if outcome.is_error(line.status) or line.error_message is not None:
+        details = _error_details(os.path.join(where, RESULT_JSON))
+        row.update({k: v for k, v in details.items() if k != "prompt"})
+        if messages is None and details.get("prompt"):
+            messages, row["tp"] = details["prompt"], True
+            row.update(_glance(messages, answered=False))
+    transcript, size = _transcript(messages) if messages is not None else (None, 0)
+    return _Rollout(row, transcript, size, failing=row.get("p") is False)
+
+
+def rollout_detail(line: ResultLine, threshold: float, where: str) -> dict[str, Any]:
+    """A rollout as the report's drawer shows it: its row with its files, model calls, error
+    details and transcript (``"t"``, shortened as the report shortens it); ``where`` is its
+    folder, ``rollouts/<id>``."""
+    rollout = _rollout(line, threshold, where, [MODEL_CALLS_BUDGET_CHARS])
+    if rollout.transcript is not None:
+        rollout.row["t"] = rollout.transcript
+    return rollout.row
+
+
+def limits() -> dict[str, Any]:
+    """How the page shortens what it shows (the report's footer and markers say so)."""
+    return {
+        "budget_chars": TRANSCRIPT_BUDGET_CHARS,
+        "max_content_chars": MAX_CONTENT_CHARS,
+        "max_messages": MAX_MESSAGES,
+        "keep_first_messages": KEEP_FIRST_MESSAGES,
+        "max_artifacts": MAX_ARTIFACTS,
+    }
+
+
+def rollout_row(line: ResultLine, threshold: float) -> dict[str, Any]:
+    """A rollout's row of the rollouts table, from its results line alone (short keys: the
+    page's script reads them; ``osmosis-run view`` serves the same rows)."""
     passed = outcome.passed(line.status, line.reward, threshold)
     row: dict[str, Any] = {
         "i": line.rollout_id,
@@ -357,19 +578,9 @@ def _rollout(
     }
     row.update({key: value for key, value in optional.items() if value is not None})
     row["o"] = _outcome(row)
-    row.update(_files(where))
-    if "c" in row.get("f", ""):
-        row.update(_model_calls(os.path.join(where, MODEL_CALLS), calls_budget or [0]))
-    messages = line.messages
-    if outcome.is_error(line.status) or line.error_message is not None:
-        details = _error_details(os.path.join(where, RESULT_JSON))
-        row.update({k: v for k, v in details.items() if k != "prompt"})
-        if messages is None and details.get("prompt"):
-            messages, row["tp"] = details["prompt"], True
-    if messages is not None:
-        row.update(_glance(messages, answered=not row.get("tp")))
-    transcript, size = _transcript(messages) if messages is not None else (None, 0)
-    return _Rollout(row, transcript, size, failing=passed is False)
+    if line.messages is not None:
+        row.update(_glance(line.messages))
+    return row
 
 
 def _glance(messages: list[Any], *, answered: bool = True) -> dict[str, str]:
@@ -440,15 +651,15 @@ def _usage(usage: Any) -> dict[str, float] | None:
 _ONLY_IF_ANY = frozenset({"rl", "er"})  # 429s and failed calls: kept out of the page when none
 
 
-def _usage_totals(run: RunData) -> dict[str, Any] | None:
-    """The run's model usage: summary.json's totals when it has them, else the lines' sums.
+def usage_totals(summary: Summary, lines: Iterable[ResultLine] = ()) -> dict[str, Any] | None:
+    """The run's model usage: the summary's totals when it has them, else the lines' sums.
 
     None when no rollout went through the gateway (the page then shows no token figures).
     """
-    model = _usage_dict(getattr(run.summary, "model", None))
+    model = _usage_dict(getattr(summary, "model", None))
     sums: dict[str, float] = {}
     costed = rollouts = 0
-    for line in run.lines:
+    for line in lines:
         usage = _usage(getattr(line, "usage", None))
         if usage is None:
             continue
@@ -465,27 +676,6 @@ def _usage_totals(run: RunData) -> dict[str, Any] | None:
     if not costed:
         sums.pop("$", None)
     return {"rollouts": rollouts, **sums}
-
-
-def _row_groups(rollouts: list[_Rollout]) -> dict[str, dict[str, Any]]:
-    """Per dataset row with two or more rollouts (``-n``): samples, passed, failed, errors,
-    and the mean score (failures count 0), so the table can head each row's samples."""
-    by_row: dict[int, list[dict[str, Any]]] = {}
-    for r in rollouts:
-        by_row.setdefault(r.row["r"], []).append(r.row)
-    groups = {}
-    for index, rows in by_row.items():
-        if len(rows) < 2:
-            continue
-        scores = [s for s in (outcome.score(x["st"], x.get("rw")) for x in rows) if s is not None]
-        groups[str(index)] = {
-            "n": len(rows),
-            "p": sum(x["o"] == "pass" for x in rows),
-            "f": sum(x["o"] == "fail" for x in rows),
-            "e": sum(x["o"] == "error" for x in rows),
-            "m": sum(scores) / len(scores) if scores else None,
-        }
-    return groups
 
 
 def _finite(value: float | None) -> float | None:
@@ -678,36 +868,33 @@ def _embed(rollouts: list[_Rollout], priority: Callable[[_Rollout], int | None])
     return {
         "transcripts": len(with_transcript),
         "embedded": len(chosen),
-        "budget_chars": TRANSCRIPT_BUDGET_CHARS,
         "over_budget": total > TRANSCRIPT_BUDGET_CHARS,
-        "max_content_chars": MAX_CONTENT_CHARS,
-        "max_messages": MAX_MESSAGES,
-        "keep_first_messages": KEEP_FIRST_MESSAGES,
-        "max_artifacts": MAX_ARTIFACTS,
+        **limits(),
     }
 
 
 # -- charts and numbers -----------------------------------------------------------------------
 
 
-def _charts(run: RunData) -> dict[str, Any]:
-    summary = run.summary
-    rewards = [line.reward for line in run.lines if line.reward is not None]
-    workflow = [line.workflow_ms for line in run.lines if line.workflow_ms is not None]
-    grader = [line.grader_ms for line in run.lines if line.grader_ms is not None]
+def charts(
+    summary: Summary, rewards: Sequence[float], workflow: Sequence[float], grader: Sequence[float]
+) -> dict[str, Any]:
+    """The data of a run's charts: every rollout's reward and latencies, and its summary's
+    counts (the report embeds it; ``osmosis-run view`` serves it)."""
     return {
-        "reward": _histogram([r for r in rewards if math.isfinite(r)]),
+        "reward": _histogram(rewards),
         "latency": _latency(workflow, grader),
         "status": [[s, summary.counts[s]] for s in STATUSES if summary.counts.get(s)],
         "categories": sorted(summary.error_categories.items(), key=lambda kv: (-kv[1], kv[0])),
     }
 
 
-def _histogram(values: list[float]) -> dict[str, Any] | None:
-    """Ten equal bins over [0, 1] when the values fit there, else over [min, max]."""
-    if not values:
+def _histogram(values: Sequence[float]) -> dict[str, Any] | None:
+    """Ten equal bins over [0, 1] when the finite values fit there, else over [min, max]."""
+    low = min((v for v in values if math.isfinite(v)), default=None)
+    if low is None:
         return None
-    low, high = min(values), max(values)
+    high = max(v for v in values if math.isfinite(v))
     if low >= 0.0 and high <= 1.0:
         low, high = 0.0, 1.0
     elif high - low < 1e-12:
@@ -716,13 +903,14 @@ def _histogram(values: list[float]) -> dict[str, Any] | None:
     width = (high - low) / bins
     counts = [0] * bins
     for value in values:
-        counts[min(bins - 1, int((value - low) / width))] += 1
+        if math.isfinite(value):
+            counts[min(bins - 1, int((value - low) / width))] += 1
     return {"edges": [low + width * i for i in range(bins + 1)], "counts": counts}
 
 
-def _latency(workflow: list[float], grader: list[float]) -> dict[str, Any] | None:
+def _latency(workflow: Sequence[float], grader: Sequence[float]) -> dict[str, Any] | None:
     """Log-spaced bins, a quarter decade wide (half for very wide ranges), for both stages."""
-    positive = [v for v in (*workflow, *grader) if v > 0 and math.isfinite(v)]
+    positive = [v for values in (workflow, grader) if values for v in _range(values)]
     if not positive:
         return None
     start = math.floor(math.log10(min(positive)) * 4) / 4
@@ -734,7 +922,7 @@ def _latency(workflow: list[float], grader: list[float]) -> dict[str, Any] | Non
     bins = max(1, math.ceil(round((stop - start) / step, 6)))
     edges = [10 ** (start + step * i) for i in range(bins + 1)]
 
-    def count(values: list[float]) -> list[int]:
+    def count(values: Sequence[float]) -> list[int]:
         counts = [0] * bins
         for v in values:
             if not math.isfinite(v):
@@ -746,18 +934,33 @@ def _latency(workflow: list[float], grader: list[float]) -> dict[str, Any] | Non
     return {"edges": edges, "workflow": count(workflow), "grader": count(grader)}
 
 
-def _metric_means(lines: Iterable[ResultLine]) -> list[list[Any]]:
-    """``[name, mean, count]`` of the numeric rollout metrics seen most often."""
-    sums: dict[str, float] = {}
-    counts: Counter[str] = Counter()
-    for line in lines:
-        for key, value in (line.metrics or {}).items():
+def _range(values: Sequence[float]) -> list[float]:
+    """The least and the greatest positive finite values (none, one or two of them)."""
+    least = min((v for v in values if v > 0 and math.isfinite(v)), default=None)
+    if least is None:
+        return []
+    return [least, max(v for v in values if v > 0 and math.isfinite(v))]
+
+
+class MetricMeans:
+    """``[name, mean, count]`` of the numeric rollout metrics seen most often (the report's
+    "Rollout metrics" card; ``osmosis-run view`` keeps one per run)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: Counter[str] = Counter()
+
+    def add(self, metrics: dict[str, Any]) -> None:
+        for key, value in metrics.items():
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if number and math.isfinite(value):
-                sums[key] = sums.get(key, 0.0) + value
-                counts[key] += 1
-    top = sorted(counts, key=lambda k: (-counts[k], k))[:METRIC_KEYS]
-    return [[key[:200], sums[key] / counts[key], counts[key]] for key in sorted(top)]
+                self.sums[key] = self.sums.get(key, 0.0) + value
+                self.counts[key] += 1
+
+    def means(self) -> list[list[Any]]:
+        counts, sums = self.counts, self.sums
+        top = sorted(counts, key=lambda k: (-counts[k], k))[:METRIC_KEYS]
+        return [[key[:200], sums[key] / counts[key], counts[key]] for key in sorted(top)]
 
 
 # -- comparison -------------------------------------------------------------------------------
@@ -854,22 +1057,94 @@ def _kind(a: dict[str, Any] | None, b: dict[str, Any] | None, flip: str | None) 
     return "na"
 
 
-def _paired_stats(pairs: list[_Pair]) -> dict[str, Any]:
-    kinds = Counter(p.kind for p in pairs)
-    deltas = [p.delta for p in pairs if p.delta is not None]
-    matrix = Counter((_outcome(p.row["A"]), _outcome(p.row["B"])) for p in pairs)
-    both = [p for p in pairs if p.row["A"] is not None and p.row["B"] is not None]
-    stats: dict[str, Any] = {
-        "kinds": dict(kinds),
-        "both": len(both),
-        "scored": len(deltas),
-        "improved": sum(d > 1e-12 for d in deltas),
-        "worsened": sum(d < -1e-12 for d in deltas),
-        "outcomes": list(_OUTCOMES),
-        "matrix": [[matrix[(x, y)] for y in _OUTCOMES] for x in _OUTCOMES],
-        "delta_hist": _delta_histogram(deltas),
-    }
-    return stats
+@dataclass(frozen=True, slots=True)
+class _Glance:
+    """What the comparison page's first pass needs of one rollout of one run."""
+
+    rollout_id: str
+    row_index: int
+    sample_index: int
+    status: str
+    reward: float | None
+    passed: bool | None
+
+    @property
+    def failing(self) -> bool:
+        return self.passed is False
+
+    @property
+    def outcome(self) -> str:
+        return _outcome({"st": self.status, "p": self.passed})
+
+    @property
+    def score(self) -> float | None:
+        """The rollout's score by the outcome rule, as compare counts it: failures count 0."""
+        return outcome.score(self.status, _finite(self.reward))
+
+
+def _glances(run: RunData, threshold: float) -> Iterator[_Glance]:
+    for line in run.lines:
+        passed = outcome.passed(line.status, line.reward, threshold)
+        yield _Glance(
+            line.rollout_id, line.row_index, line.sample_index, line.status, line.reward, passed
+        )
+
+
+class _PairScan:
+    """The comparison page's first pass over every pair: its counts, the outcome matrix, the
+    reward deltas, and which pairs its table lists (flipped, then failing in either run, then
+    the others, each in row order)."""
+
+    def __init__(self, flips: dict[str, str]) -> None:
+        self.flips = flips
+        self.count = 0
+        self.kinds: Counter[str] = Counter()
+        self.matrix: Counter[tuple[str, str]] = Counter()
+        self.both = 0
+        self.deltas: array[float] = array("d")
+        self.choice = _Choice(MAX_ROWS)
+
+    def add(self, a: _Glance | None, b: _Glance | None) -> None:
+        self.count += 1
+        kind = _glance_kind(a, b, self.flips)
+        self.kinds[kind] += 1
+        self.matrix[_side_outcome(a), _side_outcome(b)] += 1
+        if a is not None and b is not None:
+            self.both += 1
+            wa, wb = a.score, b.score
+            if wa is not None and wb is not None:
+                self.deltas.append(wb - wa)
+        first = a if a is not None else b
+        assert first is not None
+        failing = any(side is not None and side.failing for side in (a, b))
+        priority = 0 if kind in ("pf", "fp") else (1 if failing else 2)
+        self.choice.add((priority, first.row_index, first.sample_index, first.rollout_id))
+
+    def stats(self) -> dict[str, Any]:
+        deltas = self.deltas
+        return {
+            "kinds": dict(self.kinds),
+            "both": self.both,
+            "scored": len(deltas),
+            "improved": sum(d > 1e-12 for d in deltas),
+            "worsened": sum(d < -1e-12 for d in deltas),
+            "outcomes": list(_OUTCOMES),
+            "matrix": [[self.matrix[(x, y)] for y in _OUTCOMES] for x in _OUTCOMES],
+            "delta_hist": _delta_histogram(deltas),
+        }
+
+
+def _side_outcome(side: _Glance | None) -> str:
+    return "missing" if side is None else side.outcome
+
+
+def _glance_kind(a: _Glance | None, b: _Glance | None, flips: dict[str, str]) -> str:
+    """``_kind`` of a pair in the first pass."""
+    if a is None:
+        return "ob"
+    if b is None:
+        return "oa"
+    return _kind({"p": a.passed}, {"p": b.passed}, flips.get(a.rollout_id))
 
 
 # The comparison's lists of rollouts: the page has them in its pairs, so it embeds only counts.
@@ -901,7 +1176,7 @@ def _delta_text(delta: Delta, spec: str) -> dict[str, str]:
     return {"a": shown(delta.a), "b": shown(delta.b), "delta": shown(delta.delta, "+"), "ci": ci}
 
 
-def _delta_histogram(deltas: list[float]) -> dict[str, Any] | None:
+def _delta_histogram(deltas: Sequence[float]) -> dict[str, Any] | None:
     """21 bins symmetric around 0 (one centred on it), as wide as the largest change."""
     if not deltas:
         return None

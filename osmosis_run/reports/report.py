@@ -1,7 +1,12 @@
 """The library half of ``osmosis-run report``: failures grouped, the slowest rollouts, one document.
 
-A report reads a run directory through ``rundata.load_run``, so it works on a finished run, an
-interrupted one and one that is still running (the summary is recomputed from results.jsonl).
+``open_run`` reads a run directory for every report: a finished run, an interrupted one and one
+that is still running (the summary is ``load_run``'s: recomputed from results.jsonl and
+completed from summary.json; a finished run's summary.json, when results.jsonl has not changed
+since and its counts agree, stands for it as it does for a resume). Its results stay in the file
+(``results_file``): each report reads them again, in one pass, so a run of a million rollouts
+costs a report seconds and a few MB, never its transcripts in memory. ``read_report`` gives the
+run and its report in one single pass.
 """
 
 from __future__ import annotations
@@ -9,21 +14,26 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from osmosis_run.errors import ConfigError, RunDirError
+from osmosis_run.reports.results_file import scan_results
 from osmosis_run.results import outcome
+from osmosis_run.results.metrics import MetricsAccumulator
 from osmosis_run.results.records import ResultLine, Summary
 from osmosis_run.results.rundata import RunData
-from osmosis_run.store.rundata import load_run
+from osmosis_run.store.layout import RESULTS, RUN_CONFIG, SUMMARY
+from osmosis_run.store.rundata import read_fingerprint, read_run_config, with_stored_summary
+from osmosis_run.store.store import read_summary
 
 __all__ = [
     "FailureCategory",
     "FailureGroup",
+    "Fold",
     "LowReward",
     "RunReport",
     "RunState",
@@ -34,6 +44,7 @@ __all__ = [
     "final_answer",
     "lowest_rewards",
     "open_run",
+    "read_report",
     "run_state",
     "slowest_rollouts",
 ]
@@ -110,16 +121,61 @@ def check_group_by(group_by: str | None) -> None:
         raise ConfigError(f'--group-by {group_by}: must look like "metadata.KEY"')
 
 
+class Fold(Protocol):
+    """What a pass over a run's results feeds, one result at a time."""
+
+    def add(self, line: ResultLine) -> None:
+        """Take one result."""
+
+
+F = TypeVar("F", bound=Fold)
+
+
 def open_run(
     run_dir: Path, *, pass_threshold: float | None = None, group_by: str | None = None
 ) -> RunData:
     """Load a run directory for a report, with one-line errors for every way it can be unusable.
+
+    Its ``lines`` are read from results.jsonl again at each pass (``results_file``).
 
     Raises:
         RunDirError: the directory does not exist, is not a run directory, or its files are
             unreadable.
         ConfigError: ``group_by`` is not ``metadata.KEY``, or ``pass_threshold`` is not finite.
     """
+    return _open(run_dir, pass_threshold=pass_threshold, group_by=group_by, fold=None)[0]
+
+
+def read_report(
+    run_dir: Path,
+    *,
+    pass_threshold: float | None = None,
+    group_by: str | None = None,
+    slowest: int = SLOWEST,
+    lowest: int = LOWEST,
+) -> tuple[RunData, RunReport]:
+    """``open_run`` and ``build_report`` in one pass over the results.
+
+    Raises:
+        RunDirError: as ``open_run``.
+        ConfigError: as ``open_run``.
+    """
+
+    def report_fold(threshold: float) -> _ReportFold:
+        return _ReportFold(threshold=threshold, slowest=slowest, lowest=lowest)
+
+    run, fold = _open(run_dir, pass_threshold=pass_threshold, group_by=group_by, fold=report_fold)
+    assert fold is not None
+    return run, fold.report(run)
+
+
+def _open(
+    run_dir: Path,
+    *,
+    pass_threshold: float | None,
+    group_by: str | None,
+    fold: Callable[[float], F] | None,
+) -> tuple[RunData, F | None]:
     check_group_by(group_by)
     if pass_threshold is not None and not math.isfinite(pass_threshold):
         raise ConfigError(f"--pass-threshold {pass_threshold}: must be a finite number")
@@ -129,8 +185,13 @@ def open_run(
         )
     if not run_dir.is_dir():
         raise RunDirError(f"{run_dir} is a file, not a run directory")
+    if not (run_dir / RESULTS).is_file() and not (run_dir / RUN_CONFIG).is_file():
+        raise RunDirError(
+            f"{run_dir} is not an osmosis-run run directory (no results.jsonl); "
+            "give the directory `osmosis-run eval` printed"
+        )
     try:
-        return load_run(run_dir, pass_threshold=pass_threshold, group_by=group_by)
+        return _load(run_dir, pass_threshold=pass_threshold, group_by=group_by, fold=fold)
     except ValidationError as exc:
         raise RunDirError(
             f"{run_dir / 'summary.json'}: not a valid summary ({exc.error_count()} errors); "
@@ -138,6 +199,106 @@ def open_run(
         ) from None
     except OSError as exc:
         raise RunDirError(f"cannot read run directory {run_dir}: {exc.strerror or exc}") from None
+
+
+def _load(
+    run_dir: Path,
+    *,
+    pass_threshold: float | None,
+    group_by: str | None,
+    fold: Callable[[float], F] | None,
+) -> tuple[RunData, F | None]:
+    """The run and its summary, made as ``load_run`` makes it, in one pass over its results
+    that also feeds ``fold(threshold)``.
+
+    A finished run's summary.json stands for its results when results.jsonl has not changed
+    since it was written and it counts them at this threshold, grouping and samples (as a
+    resume takes it): the pass then only counts the results by status, and checks that the
+    summary counts the same. Else, or when a count differs, the summary is recomputed (and a
+    second pass when an id repeats, since the first saw the lines that lost too).
+    """
+    config = read_run_config(run_dir)
+    threshold = float(
+        pass_threshold if pass_threshold is not None else config.get("pass_threshold", 1.0)
+    )
+    group = group_by if group_by is not None else config.get("group_by")
+    samples = int(config.get("samples", 1))
+    stored = read_summary(run_dir)
+
+    def metrics() -> MetricsAccumulator:
+        return MetricsAccumulator(pass_threshold=threshold, samples=samples, group_by=group)
+
+    summary: Summary | None = None
+    lines: Sequence[ResultLine]
+    kept = _current_summary(run_dir, stored, threshold=threshold, group_by=group, samples=samples)
+    if kept is not None:
+        extra = fold(threshold) if fold is not None else None
+        statuses: Counter[str] = Counter()
+        lines, _ = scan_results(run_dir, _counted(statuses, extra), ids=False)
+        if len(lines) == kept.rollouts and +statuses == +Counter(kept.counts):
+            summary = kept
+    if summary is None:
+        accumulator, extra = metrics(), fold(threshold) if fold is not None else None
+        lines, exact = scan_results(run_dir, _both(accumulator, extra))
+        if not exact:  # an id repeats: the scan saw the lines that lost too
+            accumulator, extra = metrics(), fold(threshold) if fold is not None else None
+            add = _both(accumulator, extra)
+            for line in lines:
+                add(line)
+        summary = accumulator.summary()
+    run = RunData(
+        run_dir=run_dir,
+        config=config,
+        lines=lines,
+        summary=with_stored_summary(summary, stored),
+        stored_summary=stored,
+        fingerprint=read_fingerprint(run_dir),
+    )
+    return run, extra
+
+
+def _current_summary(
+    run_dir: Path, stored: Summary | None, *, threshold: float, group_by: str | None, samples: int
+) -> Summary | None:
+    """A copy of summary.json when it can stand for the results (see ``_load``), else None."""
+    if (
+        stored is None
+        or not stored.complete
+        or stored.interrupted
+        or stored.pass_threshold != threshold
+        or stored.group_by != group_by
+        or stored.samples_per_row != samples
+    ):
+        return None
+    try:
+        if (run_dir / RESULTS).stat().st_mtime_ns > (run_dir / SUMMARY).stat().st_mtime_ns:
+            return None
+    except OSError:
+        return None
+    return stored.model_copy(deep=True)
+
+
+def _both(metrics: MetricsAccumulator, fold: Fold | None) -> Callable[[ResultLine], None]:
+    if fold is None:
+        return metrics.add
+    count, also = metrics.add, fold.add
+
+    def both(line: ResultLine) -> None:
+        count(line)
+        also(line)
+
+    return both
+
+
+def _counted(statuses: Counter[str], fold: Fold | None) -> Callable[[ResultLine], None]:
+    also = fold.add if fold is not None else None
+
+    def count(line: ResultLine) -> None:
+        statuses[line.status] += 1
+        if also is not None:
+            also(line)
+
+    return count
 
 
 def run_state(run: RunData) -> RunState:
@@ -156,15 +317,49 @@ def build_report(
     max_groups: int = MAX_GROUPS,
     max_ids: int = MAX_IDS,
 ) -> RunReport:
-    """Everything ``osmosis-run report`` shows about ``run``."""
-    return RunReport(
-        run_dir=run.run_dir,
-        state=run_state(run),
-        summary=run.summary,
-        failures=failure_categories(run.lines, max_groups=max_groups, max_ids=max_ids),
-        slowest=slowest_rollouts(run.lines, top=slowest),
-        lowest=lowest_rewards(run.lines, top=lowest, threshold=run.summary.pass_threshold),
+    """Everything ``osmosis-run report`` shows about ``run`` (one pass over its results)."""
+    fold = _ReportFold(
+        threshold=run.summary.pass_threshold,
+        slowest=slowest,
+        lowest=lowest,
+        max_groups=max_groups,
+        max_ids=max_ids,
     )
+    for line in run.lines:
+        fold.add(line)
+    return fold.report(run)
+
+
+class _ReportFold:
+    """Failures, the slowest and the lowest rewards, one result at a time."""
+
+    def __init__(
+        self,
+        *,
+        threshold: float,
+        slowest: int,
+        lowest: int,
+        max_groups: int = MAX_GROUPS,
+        max_ids: int = MAX_IDS,
+    ) -> None:
+        self.failures = _Failures(max_groups=max_groups, max_ids=max_ids)
+        self.slowest = _Slowest(slowest)
+        self.lowest = _Lowest(lowest, threshold)
+
+    def add(self, line: ResultLine) -> None:
+        self.failures.add(line)
+        self.slowest.add(line)
+        self.lowest.add(line)
+
+    def report(self, run: RunData) -> RunReport:
+        return RunReport(
+            run_dir=run.run_dir,
+            state=run_state(run),
+            summary=run.summary,
+            failures=self.failures.categories(),
+            slowest=self.slowest.rollouts(),
+            lowest=self.lowest.rollouts(),
+        )
 
 
 def failure_categories(
@@ -174,23 +369,35 @@ def failure_categories(
 
     Categories come most frequent first; within one, messages most frequent first.
     """
-    counts: Counter[str] = Counter()
-    messages: defaultdict[str, dict[str, list[str]]] = defaultdict(dict)
-    totals: defaultdict[tuple[str, str], int] = defaultdict(int)
+    fold = _Failures(max_groups=max_groups, max_ids=max_ids)
     for line in lines:
+        fold.add(line)
+    return fold.categories()
+
+
+class _Failures:
+    def __init__(self, *, max_groups: int, max_ids: int) -> None:
+        self.max_groups, self.max_ids = max_groups, max_ids
+        self.counts: Counter[str] = Counter()
+        self.messages: defaultdict[str, dict[str, list[str]]] = defaultdict(dict)
+        self.totals: defaultdict[tuple[str, str], int] = defaultdict(int)
+
+    def add(self, line: ResultLine) -> None:
         if not outcome.is_error(line.status):
-            continue
+            return
         category = line.error_category or line.status
         message = line.error_message or ""
-        counts[category] += 1
-        totals[category, message] += 1
-        ids = messages[category].setdefault(message, [])
-        if len(ids) < max_ids:
+        self.counts[category] += 1
+        self.totals[category, message] += 1
+        ids = self.messages[category].setdefault(message, [])
+        if len(ids) < self.max_ids:
             ids.append(line.rollout_id)
-    return [
-        _category(category, count, messages[category], totals, max_groups)
-        for category, count in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    ]
+
+    def categories(self) -> list[FailureCategory]:
+        return [
+            _category(category, count, self.messages[category], self.totals, self.max_groups)
+            for category, count in sorted(self.counts.items(), key=lambda item: (-item[1], item[0]))
+        ]
 
 
 def _category(
@@ -216,20 +423,46 @@ def _category(
 
 
 def slowest_rollouts(lines: Iterable[ResultLine], *, top: int = SLOWEST) -> list[SlowRollout]:
-    """The ``top`` rollouts with the largest workflow + grader time, slowest first."""
-    timed = (
-        SlowRollout(
-            rollout_id=line.rollout_id,
-            status=line.status,
-            total_ms=(line.workflow_ms or 0.0) + (line.grader_ms or 0.0),
-            workflow_ms=line.workflow_ms,
-            grader_ms=line.grader_ms,
-            reward=line.reward,
-        )
-        for line in lines
-        if line.workflow_ms is not None or line.grader_ms is not None
-    )
-    return heapq.nlargest(top, timed, key=lambda slow: slow.total_ms)
+    """The ``top`` rollouts with the largest workflow + grader time, slowest first (ties: the
+    earlier first)."""
+    fold = _Slowest(top)
+    for line in lines:
+        fold.add(line)
+    return fold.rollouts()
+
+
+class _Slowest:
+    """The ``top`` slowest so far, in a heap whose least is the fastest of them (among equal
+    times, the latest: the earlier of two equal times is kept)."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.seen = 0
+        self.heap: list[tuple[float, int, ResultLine]] = []
+
+    def add(self, line: ResultLine) -> None:
+        self.seen += 1
+        if line.workflow_ms is None and line.grader_ms is None:
+            return
+        item = ((line.workflow_ms or 0.0) + (line.grader_ms or 0.0), -self.seen, line)
+        if len(self.heap) < self.top:
+            heapq.heappush(self.heap, item)
+        elif self.heap and item[:2] > self.heap[0][:2]:
+            heapq.heapreplace(self.heap, item)
+
+    def rollouts(self) -> list[SlowRollout]:
+        ranked = sorted(self.heap, key=lambda item: item[:2], reverse=True)
+        return [
+            SlowRollout(
+                rollout_id=line.rollout_id,
+                status=line.status,
+                total_ms=total,
+                workflow_ms=line.workflow_ms,
+                grader_ms=line.grader_ms,
+                reward=line.reward,
+            )
+            for total, _, line in ranked
+        ]
 
 
 def lowest_rewards(
@@ -240,20 +473,43 @@ def lowest_rewards(
     Only successes with a reward that did not pass: failed rollouts (which score 0) are listed
     by ``failure_categories``, and ungraded or removed ones have no reward.
     """
-    graded = (
-        (line.reward, index, line)
-        for index, line in enumerate(lines)
-        if line.reward is not None and outcome.passed(line.status, line.reward, threshold) is False
-    )
-    return [
-        LowReward(
-            rollout_id=line.rollout_id,
-            reward=reward,
-            label=line.label,
-            answer=final_answer(line.messages),
-        )
-        for reward, _, line in heapq.nsmallest(top, graded, key=lambda item: item[:2])
-    ]
+    fold = _Lowest(top, threshold)
+    for line in lines:
+        fold.add(line)
+    return fold.rollouts()
+
+
+class _Lowest:
+    """The ``top`` lowest rewards below the threshold so far, in a heap whose greatest is the
+    highest of them (among equal rewards, the latest)."""
+
+    def __init__(self, top: int, threshold: float) -> None:
+        self.top, self.threshold = top, threshold
+        self.seen = 0
+        self.heap: list[tuple[float, int, ResultLine]] = []
+
+    def add(self, line: ResultLine) -> None:
+        index, self.seen = self.seen, self.seen + 1
+        reward = line.reward
+        if reward is None or outcome.passed(line.status, reward, self.threshold) is not False:
+            return
+        item = (-reward, -index, line)
+        if len(self.heap) < self.top:
+            heapq.heappush(self.heap, item)
+        elif self.heap and item[:2] > self.heap[0][:2]:
+            heapq.heapreplace(self.heap, item)
+
+    def rollouts(self) -> list[LowReward]:
+        ranked = sorted(self.heap, key=lambda item: item[:2], reverse=True)
+        return [
+            LowReward(
+                rollout_id=line.rollout_id,
+                reward=-negative,
+                label=line.label,
+                answer=final_answer(line.messages),
+            )
+            for negative, _, line in ranked
+        ]
 
 
 def final_answer(messages: list[dict[str, Any]] | None, *, chars: int = ANSWER_CHARS) -> str | None:

@@ -10,6 +10,7 @@ and the files in the rollout's directory.
 from __future__ import annotations
 
 import difflib
+import heapq
 import json
 from pathlib import Path
 from typing import Any
@@ -61,34 +62,66 @@ class RolloutView(BaseModel):
 def find_rollouts(run: RunData, key: str) -> list[ResultLine]:
     """The rollouts ``key`` names: a rollout id, else every sample of a row id or row part.
 
+    One pass over the run's results (and one more to suggest ids when none matches).
+
     Raises:
         ConfigError: no rollout matches; the message suggests the closest ids.
     """
+    by_row: list[ResultLine] = []
+    by_part: list[ResultLine] = []
     for line in run.lines:
         if line.rollout_id == key:
             return [line]
-    by_row = [line for line in run.lines if line.row_id is not None and str(line.row_id) == key]
-    if not by_row:
-        by_row = [line for line in run.lines if outcome.split_rollout_id(line.rollout_id)[0] == key]
-    if by_row:
-        return sorted(by_row, key=lambda line: line.sample_index)
+        if line.row_id is not None and str(line.row_id) == key:
+            by_row.append(line)
+        elif not by_row and outcome.split_rollout_id(line.rollout_id)[0] == key:
+            by_part.append(line)
+    if by_row or by_part:
+        return sorted(by_row or by_part, key=lambda line: line.sample_index)
     raise ConfigError(_not_found(run, key))
 
 
 def _not_found(run: RunData, key: str) -> str:
-    ids = [line.rollout_id for line in run.lines]
-    rows = {str(line.row_id) for line in run.lines if line.row_id is not None}
-    close = difflib.get_close_matches(key, [*ids, *sorted(rows)], n=_SUGGESTIONS, cutoff=0.6)
+    close, examples = _closest(run, key)
     where = f'no rollout "{key}" in {run.run_dir}'
     if close:
         return f"{where}; did you mean {', '.join(close)}?"
-    if not ids:
+    if not examples:
         return f"{where}: it has no finished rollouts yet"
-    examples = ", ".join(ids[:_SUGGESTIONS])
     return (
-        f"{where}; give a rollout id (such as {examples}) or a row id, "
+        f"{where}; give a rollout id (such as {', '.join(examples)}) or a row id, "
         "or --worst N for the lowest rewards"
     )
+
+
+def _closest(run: RunData, key: str, *, cutoff: float = 0.6) -> tuple[list[str], list[str]]:
+    """The rollout ids and row ids closest to ``key`` (``difflib.get_close_matches`` over the
+    ids, then the distinct row ids, read as a stream), and the run's first rollout ids."""
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(key)
+
+    def close(text: str) -> float | None:
+        matcher.set_seq1(text)
+        if matcher.real_quick_ratio() >= cutoff and matcher.quick_ratio() >= cutoff:
+            ratio = matcher.ratio()
+            if ratio >= cutoff:
+                return ratio
+        return None
+
+    found: list[tuple[float, str]] = []
+    rows: set[str] = set()  # the row ids close to ``key``, each once
+    examples: list[str] = []
+    for line in run.lines:
+        if len(examples) < _SUGGESTIONS:
+            examples.append(line.rollout_id)
+        if (ratio := close(line.rollout_id)) is not None:
+            found.append((ratio, line.rollout_id))
+        row = None if line.row_id is None else str(line.row_id)
+        if row is not None and row not in rows and (ratio := close(row)) is not None:
+            rows.add(row)
+            found.append((ratio, row))
+    best = heapq.nlargest(_SUGGESTIONS, found)
+    return [text for _, text in best], examples
 
 
 def worst_rollouts(run: RunData, count: int) -> list[ResultLine]:
@@ -96,13 +129,12 @@ def worst_rollouts(run: RunData, count: int) -> list[ResultLine]:
 
     Ungraded and removed rollouts have no score and are left out.
     """
-    scored = [
+    scored = (
         (score, index, line)
         for index, line in enumerate(run.lines)
         if (score := outcome.score(line.status, line.reward)) is not None
-    ]
-    scored.sort(key=lambda item: (item[0], item[1]))
-    return [line for _, _, line in scored[:count]]
+    )
+    return [line for _, _, line in heapq.nsmallest(count, scored, key=lambda item: item[:2])]
 
 
 def rollout_view(run: RunData, line: ResultLine) -> RolloutView:

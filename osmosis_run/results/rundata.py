@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SkipValidation
 
 from osmosis_run.results.records import ResultLine, Summary
 
@@ -19,7 +20,10 @@ class RunData(BaseModel):
 
     run_dir: Path
     config: dict[str, Any]
-    lines: list[ResultLine]
+    lines: Annotated[Sequence[ResultLine], SkipValidation]
+    """The results, one per rollout id: a list (``load_run``), or the run's results file read
+    again at each pass (``reports.report.open_run``: a large run is never all in memory).
+    Go through it in passes; index it only for a few rollouts."""
     summary: Summary
     stored_summary: Summary | None
     fingerprint: dict[str, Any] | None = None
