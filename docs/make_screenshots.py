@@ -1,16 +1,20 @@
-"""Make docs/report.png and docs/report-transcript.png from the bundled calculator example.
+"""Make the README's pictures from the bundled calculator example.
 
     python docs/make_screenshots.py
 
 Runs ``osmosis-run eval --config configs/calculator.toml --samples 4`` into a temporary
 directory, writes its HTML report, and photographs it in headless Chromium (/usr/bin/chromium,
-driven by Playwright; no browser is downloaded): the top of the report, and the report with the
-transcript of a rollout the agent got wrong open.
+driven by Playwright; no browser is downloaded): the top of the report (docs/report.png), and
+the report with the transcript of a rollout the agent got wrong open
+(docs/report-transcript.png). Then runs the example again with the agent rounding to whole
+numbers, serves both runs with ``osmosis-run view``, and photographs the live view of the
+first with a search (docs/view.png) and the comparison of the two (docs/view-compare.png).
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,13 +76,56 @@ def photograph(report: Path, rollout: str) -> None:
         browser.close()
 
 
+def make_rounding_run(folder: Path) -> Path:
+    """The calculator example again, its agent rounding to whole numbers: some answers flip."""
+    run_dir = folder / "calculator-rounded"
+    config = folder / "rounded.toml"
+    source = (ROOT / "configs" / "calculator.toml").read_text(encoding="utf-8")
+    dataset = (ROOT / "datasets" / "calculator.jsonl").as_posix()
+    source = source.replace('"../datasets/calculator.jsonl"', f'"{dataset}"')
+    config.write_text(source.replace("precision = 6", "precision = 0"), encoding="utf-8")
+    command = [sys.executable, "-m", "osmosis_run", "eval", "--config", str(config)]
+    command += ["--samples", "4", "--out", str(run_dir), "--fresh"]
+    subprocess.run(command, check=False, stderr=subprocess.DEVNULL)  # its gates fail: expected
+    return run_dir
+
+
+def photograph_view(folder: Path) -> None:
+    """The live view of the first run (a search open) and the comparison of the two."""
+    command = [sys.executable, "-m", "osmosis_run", "view", str(folder), "--port", "0"]
+    view = subprocess.Popen(
+        [*command, "--no-open"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert view.stdout is not None
+        url = view.stdout.readline().decode().strip().rstrip("/")
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1500}, device_scale_factor=1)
+            page.goto(f"{url}/runs/calculator?q=then&status=success")
+            page.wait_for_selector(".hits-info[data-state=done]")
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(DOCS / "view.png"))
+            page.goto(f"{url}/compare?a=calculator&b=calculator-rounded&change=pf")
+            page.wait_for_selector("[data-section=comparison]")
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(DOCS / "view-compare.png"))
+            browser.close()
+    finally:
+        view.send_signal(signal.SIGINT)
+        view.wait(timeout=30)
+
+
 def main() -> None:
-    """Make both screenshots."""
+    """Make the screenshots."""
     with tempfile.TemporaryDirectory() as folder:
         run_dir = make_run(Path(folder))
         report = write_run_html(run_dir, run_dir / "report.html")
         photograph(report, wrong_answer(run_dir))
-    sys.stderr.write(f"wrote {DOCS / 'report.png'} and {DOCS / 'report-transcript.png'}\n")
+        make_rounding_run(Path(folder))
+        photograph_view(Path(folder))
+    pictures = ("report.png", "report-transcript.png", "view.png", "view-compare.png")
+    sys.stderr.write(f"wrote {', '.join(str(DOCS / name) for name in pictures)}\n")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ sdk backend, and finished rollouts -> store.
     server/          the rollout server: protocol, leases and retention, the app (extra "server")
     reports/         readers of a run: the text report, JUnit, the step summary, the HTML report
     examples/        the workflows and graders the README and configs/ run
+    view/            osmosis-run view: the live web app over run directories (extra "server")
     cli/             the Typer app; the only place that imports typer and rich
 
 The names below are the SDK surface of ``osmosis_ai.rollout`` (code written for it ports by

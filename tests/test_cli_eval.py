@@ -303,6 +303,7 @@ def test_run_directory_layout_and_atif_trajectories(cli: Cli, tmp_path: Path) ->
     run = tmp_path / "run"
     assert sorted(p.name for p in run.iterdir()) == [
         "fingerprint.json",
+        "invocation.json",
         "results.jsonl",
         "rollouts",
         "run.toml",
@@ -688,7 +689,7 @@ def test_an_unwritable_report_path_is_one_line_before_anything_runs(
 def test_after_the_run_each_run_is_read_once_and_the_output_keeps_its_order(
     cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from osmosis_run.store.rundata import load_run
+    from osmosis_run.store.rundata import load_run, read_run_config
 
     data = write_jsonl(
         tmp_path / "d.jsonl", [{"id": f"r{i}", "prompt": "a", "label": "a"} for i in range(8)]
@@ -703,7 +704,7 @@ def test_after_the_run_each_run_is_read_once_and_the_output_keeps_its_order(
 
         return load
 
-    monkeypatch.setattr("osmosis_run.reports.report.load_run", counted(load_run))
+    monkeypatch.setattr("osmosis_run.reports.report.read_run_config", counted(read_run_config))
     monkeypatch.setattr("osmosis_run.reports.html_report.load_run", counted(load_run))
     args = ["-w", "eval_flows:Wrong", "-g", "eval_flows:ExactMatch", "--out", "bad"]
     reports = ["--junit", "j.xml", "--html", "r.html", "--max-error-rate", "1"]
@@ -755,7 +756,7 @@ def test_finish_run_judges_the_summary_and_reads_nothing_without_reports(
 
     run_dir = finished_run(tmp_path, "run", [1.0, 0.0, None])
     summary = summary_of(run_dir)
-    monkeypatch.setattr("osmosis_run.reports.report.load_run", None)  # a read would fail
+    monkeypatch.setattr("osmosis_run.reports.report.scan_results", None)  # a read would fail
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     gate = EvalSettings.model_validate({"fail_under": ["mean=0.9"], "max_error_rate": 1})

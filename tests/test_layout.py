@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("server",),
     ("reports",),
     ("examples",),
+    ("view",),
     ("cli", "__main__"),
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

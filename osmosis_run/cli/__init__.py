@@ -117,8 +117,9 @@ from osmosis_run.cli import report as _report  # noqa: E402
 from osmosis_run.cli import serve as _serve  # noqa: E402
 from osmosis_run.cli import show as _show  # noqa: E402
 from osmosis_run.cli import validate as _validate  # noqa: E402
+from osmosis_run.cli import view as _view  # noqa: E402
 
-for _command in (_eval, _validate, _report, _compare, _init, _grade, _show, _serve):
+for _command in (_eval, _validate, _report, _compare, _init, _grade, _show, _serve, _view):
     _command.register(app)
 
 

@@ -15,10 +15,7 @@ line: one that cannot is one line and exit code 2 too. A lost worker is one line
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,8 +25,6 @@ from osmosis_run.cli import exit_codes, options
 from osmosis_run.cli.streams import err
 
 if TYPE_CHECKING:
-    import uvicorn
-
     from osmosis_run.gateway.host import Gateway
     from osmosis_run.run.settings import EvalSettings
     from osmosis_run.sdk.backend import LocalBackend
@@ -368,64 +363,21 @@ def _import_server() -> Any:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything is served (a taken port is exit 2).
+    """The listening socket, bound before anything is served (a taken port is exit 2)."""
+    from osmosis_run.cli.listening import ListenError, listen
 
-    Made with ``IPPROTO_TCP`` named: asyncio turns Nagle's algorithm off only on sockets that
-    say so, and a long-poll answered in two writes would otherwise wait for a delayed ACK.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        listener.bind((host, port))
-        listener.listen(2048)
-    except OSError as exc:
-        listener.close()
-        reason = exc.strerror or str(exc)
-        if exc.errno == errno.EADDRINUSE:
-            reason = "the address is already in use; stop what listens there or choose --port"
-        raise _Unusable(f"cannot listen on {_url(host, port)}: {reason}") from None
-    listener.set_inheritable(False)
-    return listener
-
-
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def _uvicorn_server(app: Any, settings: ServeSettings) -> uvicorn.Server:
-    """uvicorn on osmosis-run's HTTP/1.1 protocol, without its own signal handling (ours stops
-    admissions first)."""
-    import uvicorn
-
-    from osmosis_run.http.listener import UvicornProtocol
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-        def install_signal_handlers(self) -> None:
-            pass
-
-    config = uvicorn.Config(
-        app,
-        # Lighter than h11 in Python, one write per response; it also holds the request timeout,
-        # the body limit and the connection limit (its Limits' defaults, in the README).
-        http=UvicornProtocol,
-        log_level="warning",
-        access_log=False,
-        timeout_keep_alive=settings.keep_alive,
-        lifespan="on",
-    )
-    return Server(config)
+        return listen(host, port)
+    except ListenError as exc:
+        raise _Unusable(str(exc)) from None
 
 
 def _say_serving(listener: socket.socket, settings: ServeSettings, run_dir: Path) -> None:
     """The first lines: where it listens and records, then the gateway and the workers."""
     host, port = listener.getsockname()[:2]
-    err.print(f"{_PREFIX}listening on {_url(host, port)}", markup=False)
+    from osmosis_run.cli.listening import url_of
+
+    err.print(f"{_PREFIX}listening on {url_of(host, port)}", markup=False)
     err.print(f"{_PREFIX}recording to {run_dir}", markup=False)
     if settings.chat_completions_url is not None:
         err.print(
@@ -448,7 +400,9 @@ def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
     from osmosis_run.errors import OsmosisRunError
 
     service = app.state.rollouts
-    server = _uvicorn_server(app, settings)
+    from osmosis_run.cli.listening import uvicorn_server
+
+    server = uvicorn_server(app, keep_alive=settings.keep_alive)
 
     def stop() -> None:
         err.print(

@@ -43,7 +43,7 @@ _ANY = ("0.0.0.0", "::")
 
 def needs_gateway(settings: EvalSettings) -> bool:
     """Whether a run puts a gateway between its rollouts and the model endpoint."""
-    return bool(settings.execution.chat_completions_url) and not settings.gateway.no_gateway
+    return settings.uses_gateway
 
 
 def check_gateway_options(settings: EvalSettings) -> None:

@@ -110,8 +110,6 @@ def check_budgets(settings: EvalSettings) -> None:
         ConfigError: ``--max-cost`` without ``--token-price``; ``--max-cost`` or
             ``--max-tokens`` without the model gateway (``--no-gateway``, or no endpoint).
     """
-    from osmosis_run.gateway.setup import needs_gateway
-
     e, g = settings.execution, settings.gateway
     given = [
         name
@@ -125,7 +123,7 @@ def check_budgets(settings: EvalSettings) -> None:
             "--max-cost needs --token-price PROMPT,COMPLETION (USD per million tokens, such as "
             "2.5,10) to price the gateway's tokens"
         )
-    if needs_gateway(settings):
+    if settings.uses_gateway:
         return
     why = (
         "--no-gateway passes the endpoint straight through"

@@ -33,6 +33,8 @@ for every task, and a rollout that swallows its cancellation would then hold the
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
 import time
 from collections import deque
@@ -57,7 +59,7 @@ from osmosis_run.run.selection import select
 from osmosis_run.run.settings import settings_to_toml
 from osmosis_run.sdk.context import RolloutContext
 from osmosis_run.sdk.types import ExecutionOutcome, ExecutionRequest
-from osmosis_run.store.layout import RUN_CONFIG
+from osmosis_run.store.layout import INVOCATION, RUN_CONFIG
 from osmosis_run.store.store import RunStore, infrastructure_error, read_results
 
 __all__ = ["Reporter", "RunOutcome", "Scheduler"]
@@ -287,6 +289,7 @@ class Scheduler:
             scheduler = cls(plan, executor, store, **options)
             scheduler._resume()
             store.write_file(RUN_CONFIG, settings_to_toml(s, run_dir=plan.run_dir))
+            store.write_file(INVOCATION, scheduler._invocation())
         except BaseException:
             store.close()
             raise
@@ -295,6 +298,17 @@ class Scheduler:
             to_do is None or to_do >= writer_process_from
         )
         return scheduler
+
+    def _invocation(self) -> str:
+        """invocation.json: this invocation's start, what it planned and found done (for
+        ``osmosis-run view``, which shows a running run's progress from it)."""
+        started = {
+            "started_at": round(time.time(), 3),
+            "planned": self.planned,
+            "done": self._resumed,
+            "pid": os.getpid(),
+        }
+        return json.dumps(started) + "\n"
 
     def _resume(self) -> None:
         """Take back the rollouts an earlier invocation finished."""

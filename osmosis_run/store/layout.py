@@ -4,6 +4,7 @@
     fingerprint.json    what the run was made from; a resume with other inputs is refused
     results.jsonl       one results line per finished rollout, appended as it finishes
     summary.json        the metrics, written at the end and on interrupt
+    invocation.json     the invocation writing the run: when it started, what it planned
     rollouts/<id>/      artifacts/, trajectory.json (ATIF v1.7), result.json,
                         model_calls.jsonl (every model call through the gateway)
 
@@ -21,6 +22,7 @@ from osmosis_run.sdk.backend import ARTIFACTS
 __all__ = [
     "ARTIFACTS",
     "FINGERPRINT",
+    "INVOCATION",
     "MODEL_CALLS",
     "RESULTS",
     "RESULT_JSON",
@@ -35,6 +37,7 @@ RUN_CONFIG = "run.toml"
 FINGERPRINT = "fingerprint.json"
 RESULTS = "results.jsonl"
 SUMMARY = "summary.json"
+INVOCATION = "invocation.json"
 ROLLOUTS = "rollouts"
 RESULT_JSON = "result.json"
 TRAJECTORY_JSON = "trajectory.json"

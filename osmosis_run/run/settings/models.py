@@ -444,11 +444,17 @@ class EvalSettings(BaseModel):
     after: AfterRun = Field(default_factory=AfterRun)
     gateway: GatewayOptions = Field(default_factory=GatewayOptions)
 
+    @property
+    def uses_gateway(self) -> bool:
+        """Whether the run puts the model gateway between its rollouts and the model endpoint:
+        it has an endpoint, and not ``--no-gateway``."""
+        return bool(self.execution.chat_completions_url) and not self.gateway.no_gateway
+
     def gateway_model(self) -> str | None:
         """The model the gateway puts in every request: --model, else the workspace's; None
         without a gateway."""
         g = self.gateway
-        if not self.execution.chat_completions_url or g.no_gateway:
+        if not self.uses_gateway:
             return None
         return g.model or g.workspace_model
 
