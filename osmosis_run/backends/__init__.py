@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 
 from osmosis_run.backends.local import LocalExecutor
-from osmosis_run.backends.osmosis_ai import OsmosisAiExecutor, uses_osmosis_ai
+from osmosis_run.backends.osmosis_ai import osmosis_ai_executor, refuse_elsewhere, uses_osmosis_ai
 from osmosis_run.errors import ConfigError
 from osmosis_run.run.plan import Plan
 from osmosis_run.run.seam import Executor
@@ -48,6 +48,7 @@ def executor_for(
                 f'--server needs {exc.name}: pip install "osmosis-run[remote]"'
             ) from None
         return RemoteExecutor.from_plan(plan)
+    refuse_elsewhere(plan)  # a module-level HarborBackend runs in this process only
     if plan.settings.execution.backend == "ray":
         from osmosis_run.backends.ray import RayExecutor  # imports Ray: only when asked for
 
@@ -57,7 +58,7 @@ def executor_for(
 
         return ProcessExecutor.from_plan(plan, notify=notify)
     if uses_osmosis_ai(plan.local_components()):  # with osmosis_ai's own context objects
-        return OsmosisAiExecutor.from_plan(plan)
+        return osmosis_ai_executor(plan)  # a module-level HarborBackend's too
     return LocalExecutor.from_plan(plan)
 
 

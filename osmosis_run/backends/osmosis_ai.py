@@ -15,23 +15,41 @@ success, not a bare failure. Deadlines are the engine's (osmosis-run is the harn
 A mix works too: an osmosis_ai workflow with an osmosis_run grader, or the other way round;
 each class gets its own SDK's objects.
 
+Any other osmosis_ai ``ExecutionBackend`` at module level (a ``HarborBackend``: a container
+per rollout) runs whole rollouts itself: ``BackendExecutor`` calls its ``execute`` with the
+rollout's request inside both SDKs' ambient contexts (the run's gateway URL and key, which it
+hands to the container), converts the outcome, and moves what it wrote for the rollout
+(Harbor's trial logs and result, the verifier's reward file, the trial's artifacts) into the
+rollout's ``artifacts`` folder. Its scratch folders are the executor's own, removed on close;
+a ``HarborBackend`` is checked before any rollout (harbor_checks.py).
+
 This module never imports osmosis_ai: it is used only for classes that come from it, and their
 import has loaded it already.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import shutil
 import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from osmosis_run.backends import harbor_checks
 from osmosis_run.backends.local import LocalExecutor
 from osmosis_run.errors import ConfigError
 from osmosis_run.run.components import Components
 from osmosis_run.run.plan import Plan
+from osmosis_run.run.rollouts import timed_out
+from osmosis_run.run.seam import Attempt, AttemptResult, Deadlines
 from osmosis_run.sdk import _osmosis_ai
 from osmosis_run.sdk.backend import (
+    DEFAULT_MAX_CONCURRENT,
     LocalBackend,
     _failure,
     _reraise_if_cancelled,
@@ -39,19 +57,36 @@ from osmosis_run.sdk.backend import (
     _success,
 )
 from osmosis_run.sdk.types import (
+    ExecutionOutcome,
     ExecutionRequest,
     ExecutionResult,
     RolloutErrorCategory,
     RolloutSample,
+    RolloutStatus,
     json_copy,
 )
-from osmosis_run.store.layout import ROLLOUTS
+from osmosis_run.store.layout import ARTIFACTS, ROLLOUTS
 
-__all__ = ["OsmosisAiBackend", "OsmosisAiExecutor", "backend_for", "uses_osmosis_ai"]
+__all__ = [
+    "BackendExecutor",
+    "OsmosisAiBackend",
+    "OsmosisAiExecutor",
+    "backend_for",
+    "osmosis_ai_executor",
+    "refuse_elsewhere",
+    "uses_osmosis_ai",
+]
+
+# What a whole rollout may take beyond its agent and grader timeouts (a container to build and
+# start, then to stop): the backend enforces those two itself, this is the backstop.
+DEADLINE_MARGIN_S = 120.0
 
 
 def uses_osmosis_ai(components: Components) -> bool:
-    """Whether the workflow or the grader subclasses osmosis_ai's classes."""
+    """Whether the workflow or the grader subclasses osmosis_ai's classes (or the workflow
+    stands for an osmosis_ai ``ExecutionBackend``)."""
+    if _osmosis_ai.execution_backend(components.workflow) is not None:
+        return True
     return _osmosis_ai.is_osmosis_ai(components.workflow, "AgentWorkflow") or (
         components.grader is not None and _osmosis_ai.is_osmosis_ai(components.grader, "Grader")
     )
@@ -216,6 +251,40 @@ def _best_effort_sample(theirs: Any, fallback: RolloutSample | None) -> RolloutS
         return fallback
 
 
+def refuse_elsewhere(plan: Plan) -> None:
+    """A module-level ``ExecutionBackend`` runs its rollouts itself, from this process only.
+
+    Raises:
+        ConfigError: the plan asks for worker processes or Ray for one.
+    """
+    backend = _osmosis_ai.execution_backend(plan.local_components().workflow)
+    if backend is not None and plan.settings.execution.backend != "local":
+        kind, option = type(backend).__name__, plan.settings.execution.backend
+        raise ConfigError(
+            f"{plan.settings.run.workflow} is an osmosis_ai {kind}, which runs its rollouts "
+            f"itself from this process; drop --backend {option}"
+        )
+
+
+def osmosis_ai_executor(plan: Plan) -> OsmosisAiExecutor | BackendExecutor:
+    """The executor of a plan whose workflow or grader comes from osmosis_ai: a
+    ``BackendExecutor`` when the workflow stands for a module-level ``ExecutionBackend``.
+
+    Raises:
+        ConfigError: a grader given beside such a backend (it grades its own rollouts).
+    """
+    parts = plan.local_components()
+    backend = _osmosis_ai.execution_backend(parts.workflow)
+    if backend is None:
+        return OsmosisAiExecutor.from_plan(plan)
+    if parts.grader is not None:
+        raise ConfigError(
+            f"{plan.settings.run.workflow} is an osmosis_ai {type(backend).__name__}, "
+            "which grades its own rollouts; drop --grader"
+        )
+    return BackendExecutor(backend, run_dir=plan.run_dir)
+
+
 class OsmosisAiExecutor(LocalExecutor):
     """``LocalExecutor`` over ``OsmosisAiBackend``: osmosis_ai classes in this process."""
 
@@ -232,3 +301,169 @@ class OsmosisAiExecutor(LocalExecutor):
                 artifact_root=(plan.run_dir / ROLLOUTS).absolute(),
             )
         )
+
+
+class BackendExecutor:
+    """Whole rollouts run by an osmosis_ai ``ExecutionBackend``'s ``execute`` (a HarborBackend).
+
+    Args:
+        backend: the module-level backend object.
+        run_dir: the run directory; each rollout's files go to its ``artifacts`` folder.
+    """
+
+    def __init__(self, backend: Any, *, run_dir: Path) -> None:
+        self.backend = backend
+        self._rollouts = (run_dir / ROLLOUTS).absolute()
+        self._scratch: Path | None = None
+        self._made_at_import: Path | None = None
+
+    @property
+    def limit(self) -> int | None:
+        """The backend's own bound on trials at once (its orchestrator's), else 4."""
+        queue = getattr(self.backend, "orchestrator", None)
+        found = getattr(queue, "_n_concurrent", None)  # harbor's TrialQueue (tests pin it)
+        return found if isinstance(found, int) and found > 0 else DEFAULT_MAX_CONCURRENT
+
+    @property
+    def local_artifacts(self) -> bool:
+        """Always: the executor moves each rollout's files into the run directory."""
+        return True
+
+    async def open(self) -> None:
+        """Check a HarborBackend's setup; give the backend scratch folders of this run.
+
+        Raises:
+            BackendError: harbor, Docker, Compose or an image is missing (harbor_checks.py).
+        """
+        if harbor_checks.is_harbor(self.backend):
+            await harbor_checks.check_harbor(self.backend)
+        self._scratch = Path(tempfile.mkdtemp(prefix="osmosis-run-backend-"))
+        staging = getattr(self.backend, "rollouts_dir", None)  # HarborBackend's, in /tmp
+        if isinstance(staging, Path):
+            self._made_at_import = staging
+            self.backend.rollouts_dir = self._scratch / "rollouts"
+            self.backend.rollouts_dir.mkdir()
+            if getattr(self.backend, "trials_dir", None) == staging.parent / "trials":
+                self.backend.trials_dir = self._scratch / "trials"  # its default: ours too
+        if hasattr(self.backend, "artifact_root"):
+            self.backend.artifact_root = self._scratch / "artifacts"  # not ~/.osmosis
+
+    async def close(self) -> None:
+        """Let the backend finish (a HarborBackend stops its containers); remove the scratch."""
+        shutdown = getattr(self.backend, "shutdown", None)
+        if callable(shutdown) and getattr(self.backend, "executions", None):
+            await shutdown()  # trials still stopping (an interrupt): wait for their cleanup
+        if harbor_checks.is_harbor(self.backend):
+            await harbor_checks.finish_cleanup(self._scratch)
+        if self._scratch is not None:
+            await asyncio.to_thread(shutil.rmtree, self._scratch, True)
+            self._scratch = None
+        made, self._made_at_import = self._made_at_import, None
+        if made is not None and made.parent.name.startswith("osmosis-harbor-"):
+            for folder in (made, made.parent):  # what its constructor made in /tmp, if empty
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break  # not empty: another process's
+
+    def adopt_artifacts_dirs(self, rollout_ids: Iterable[str]) -> None:
+        """Nothing to adopt: the rollout's files are moved in when it ends."""
+
+    async def run(self, attempt: Attempt, deadlines: Deadlines) -> AttemptResult:
+        """The backend's ``execute``, within the agent and grader timeouts plus a margin."""
+        request = attempt.request
+        started = time.perf_counter()
+        seconds = _bound(request.agent_timeout_sec, request.grader_timeout_sec)
+        work = self._execute(attempt)
+        if seconds is None:
+            outcome = await work
+        else:
+            outcome = await deadlines.within(
+                "rollout",
+                seconds,
+                work,
+                rollout_id=request.id,
+                timed_out=lambda: ExecutionOutcome(workflow=timed_out("rollout", seconds, None)),
+            )
+        await asyncio.to_thread(self._collect, request.id)
+        elapsed = (time.perf_counter() - started) * 1000
+        grader_ms = _verifier_ms(outcome) if outcome.grader is not None else None
+        return AttemptResult(outcome, elapsed - (grader_ms or 0.0), grader_ms)
+
+    async def _execute(self, attempt: Attempt) -> ExecutionOutcome:
+        request = attempt.request
+        sdk = _loaded("osmosis_ai.rollout.types")
+        theirs = sdk.ExecutionRequest(
+            id=request.id,
+            prompt=json_copy(request.prompt),
+            label=request.label,
+            metadata=json_copy(request.metadata),
+            agent_timeout_sec=request.agent_timeout_sec,
+            grader_timeout_sec=request.grader_timeout_sec,
+            grade=request.grade,
+        )
+        with (
+            attempt.context as ours,
+            _osmosis_ai.ambient(
+                rollout_id=request.id,
+                chat_completions_url=ours.chat_completions_url,
+                api_key=ours.api_key,
+            ),
+        ):
+            outcome = await self.backend.execute(theirs)
+        return ExecutionOutcome(
+            workflow=_result_from_theirs(outcome.workflow),
+            grader=None if outcome.grader is None else _result_from_theirs(outcome.grader),
+        )
+
+    def _collect(self, rollout_id: str) -> None:
+        """Move what the backend wrote for the rollout into its ``artifacts`` folder: the
+        trial's own artifacts at the top, Harbor's record beside them (``harbor/``: its
+        result, its logs and the verifier's reward file; else its retained ``logs/``)."""
+        if self._scratch is None:
+            return
+        source = self._scratch / "artifacts" / rollout_id
+        if not source.is_dir():
+            return
+        target = self._rollouts / rollout_id / ARTIFACTS
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in sorted(source.iterdir()):
+            if entry.name == "logs" and (source / "harbor" / "logs").is_dir():
+                continue  # the same logs as harbor/logs
+            inner = entry.iterdir() if entry.name == ARTIFACTS and entry.is_dir() else [entry]
+            for item in inner:
+                destination = target / item.name
+                if destination.exists():
+                    shutil.rmtree(destination) if destination.is_dir() else destination.unlink()
+                shutil.move(item, destination)
+        shutil.rmtree(source, ignore_errors=True)
+
+
+def _bound(agent: float | None, grader: float | None) -> float | None:
+    """How long a whole rollout may take: None unless the request has a timeout."""
+    if agent is None and grader is None:
+        return None
+    return max(agent or 0.0, 0.0) + max(grader or 0.0, 0.0) + DEADLINE_MARGIN_S
+
+
+def _verifier_ms(outcome: ExecutionOutcome) -> float | None:
+    """How long the backend's grading took, from the timings it reports (Harbor's)."""
+    extra = outcome.grader.extra_fields if outcome.grader is not None else None
+    timings = extra.get("timings_sec") if extra else None
+    seconds = timings.get("verifier") if isinstance(timings, dict) else None
+    return float(seconds) * 1000 if isinstance(seconds, (int, float)) else None
+
+
+def _result_from_theirs(result: Any) -> ExecutionResult:
+    """osmosis_ai's ``ExecutionResult`` as ours, field for field."""
+    category = getattr(result, "err_category", None)
+    extra = getattr(result, "extra_fields", None)
+    return ExecutionResult(
+        status=RolloutStatus(str(getattr(result.status, "value", result.status))),
+        sample=_osmosis_ai.sample_from_osmosis_ai(result.sample),
+        err_message=result.err_message,
+        err_category=None
+        if category is None
+        else RolloutErrorCategory(str(getattr(category, "value", category))),
+        extra_fields=dict(extra) if extra else None,
+    )

@@ -12,7 +12,9 @@ do when a run (or ``validate``) is prepared:
 - ``[experiment]``'s entrypoint (``rollouts/<rollout>/<entrypoint>``) is imported, and its
   module-level ``LocalBackend`` (osmosis-run's or osmosis-ai's), or else its ``AgentWorkflow``
   and ``Grader`` classes and config instances, become the run's ``--workflow``, ``--grader``,
-  ``--workflow-config`` and ``--grader-config`` (those given on the command line win).
+  ``--workflow-config`` and ``--grader-config`` (those given on the command line win). Any
+  other module-level osmosis_ai ``ExecutionBackend`` (a ``HarborBackend``) becomes the
+  ``--workflow`` itself: it runs whole rollouts (backends/osmosis_ai.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from osmosis_run.errors import ConfigError
+from osmosis_run.errors import ConfigError, UserModuleImportError
 from osmosis_run.run.components import add_import_paths
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.sdk import _osmosis_ai
@@ -180,7 +182,13 @@ def _import_entrypoint(name: str, entrypoint: Path) -> ModuleType:
     cached = sys.modules.get(name)
     if cached is not None and Path(getattr(cached, "__file__", "") or "").resolve() != entrypoint:
         del sys.modules[name]  # another workspace's main.py: this one is meant
-    module = load_module(name, path=str(entrypoint))
+    try:
+        module = load_module(name, path=str(entrypoint))
+    except UserModuleImportError as exc:
+        problem = _osmosis_ai.harbor_problem()  # harbor 0.25 breaks osmosis_ai's import
+        if problem is not None and "harbor" in repr(exc.__cause__) + str(exc):
+            raise ConfigError(f"{entrypoint}: {problem}") from exc
+        raise
     if Path(getattr(module, "__file__", "") or "").resolve() != entrypoint:
         raise ConfigError(
             f'experiment.entrypoint {entrypoint}: "import {name}" finds '
@@ -190,22 +198,26 @@ def _import_entrypoint(name: str, entrypoint: Path) -> ModuleType:
 
 
 def _backend_paths(module: ModuleType, name: str, entrypoint: Path) -> dict[str, str]:
-    """The paths of a module-level LocalBackend's parts (none: empty)."""
+    """The paths of a module-level LocalBackend's parts, or of another osmosis_ai
+    ``ExecutionBackend`` (a ``HarborBackend``) as the workflow (none: empty)."""
     backends = [
         attr
         for attr, obj in vars(module).items()
         if isinstance(obj, LocalBackend)
-        or (not inspect.isclass(obj) and _osmosis_ai.is_osmosis_ai(obj, "LocalBackend"))
+        or (not inspect.isclass(obj) and _osmosis_ai.is_osmosis_ai(obj, "ExecutionBackend"))
     ]
     if not backends:
         return {}
     if len(backends) > 1:
         raise ConfigError(
-            f"{entrypoint}: several module-level LocalBackends ({', '.join(backends)}); "
-            f"pick one: --workflow {name}:{backends[0]}.workflow_cls"
+            f"{entrypoint}: several module-level backends ({', '.join(backends)}); "
+            f"keep one, or pick one: --workflow {name}:{backends[0]}"
+            f"{'.workflow_cls' if _is_local(getattr(module, backends[0])) else ''}"
         )
     attr = backends[0]
     backend: Any = getattr(module, attr)
+    if not _is_local(backend):
+        return {"workflow": f"{name}:{attr}"}  # it runs whole rollouts: loaded as the workflow
     parts = {
         "workflow": "workflow_cls",
         "workflow_config": "workflow_config",
@@ -217,6 +229,10 @@ def _backend_paths(module: ModuleType, name: str, entrypoint: Path) -> dict[str,
         for key, part in parts.items()
         if getattr(backend, part, None) is not None
     }
+
+
+def _is_local(backend: object) -> bool:
+    return isinstance(backend, LocalBackend) or _osmosis_ai.is_osmosis_ai(backend, "LocalBackend")
 
 
 def _class_paths(

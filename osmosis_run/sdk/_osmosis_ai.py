@@ -11,6 +11,10 @@ osmosis_run code never pays for (or needs) osmosis-ai.
 - ``ambient(ctx)``: osmosis_ai's ambient ``RolloutContext`` entered beside ours, so osmosis_ai's
   integrations (the LiteLLM model, the OpenAI Agents and Strands agents), used from an
   osmosis_run workflow, find the rollout's endpoint and register their sample source.
+- ``backend_workflow(backend, path)``: the workflow class that stands for a module-level
+  osmosis_ai ``ExecutionBackend`` other than ``LocalBackend`` (a ``HarborBackend``), so that the
+  run loads, fingerprints and resumes it as any workflow; its ``execution_backend`` is the
+  backend, which runs whole rollouts itself (backends/osmosis_ai.py).
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ from osmosis_run.sdk.types import AgentWorkflowOutput, RolloutSample
 
 __all__ = [
     "ambient",
+    "backend_workflow",
     "counterpart",
+    "execution_backend",
     "from_osmosis_ai",
+    "harbor_problem",
     "is_osmosis_ai",
     "loaded",
     "module",
@@ -42,6 +49,7 @@ _HOMES = {
     "AgentWorkflowOutput": "osmosis_ai.rollout.types.output",
     "RolloutSample": "osmosis_ai.rollout.types.sample",
     "LocalBackend": "osmosis_ai.rollout.backend.local.backend",
+    "ExecutionBackend": "osmosis_ai.rollout.backend.base",
 }
 
 
@@ -71,6 +79,66 @@ def is_osmosis_ai(obj: object, name: str) -> bool:
     if isinstance(obj, type):
         return issubclass(obj, cls)
     return isinstance(obj, cls)
+
+
+# osmosis-ai 0.3.8's `harbor` extra pins harbor>=0.20,<0.25; harbor 0.25 breaks its import
+# (`resolve_agent_phase_policy`).
+HARBOR_RANGE = ((0, 20), (0, 25))
+
+
+def harbor_problem() -> str | None:
+    """What is wrong with the installed ``harbor`` for osmosis-ai's HarborBackend (None: fine,
+    or not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("harbor")
+    except PackageNotFoundError:
+        return None
+    parts = tuple(int(p) for p in found.split(".")[:2] if p.isdigit())
+    (low, high) = HARBOR_RANGE
+    if len(parts) == 2 and low <= parts < high:
+        return None
+    return (
+        f"harbor {found} is installed; osmosis-ai 0.3.8's HarborBackend needs harbor>=0.20,<0.25: "
+        'pip install "harbor>=0.24,<0.25"'
+    )
+
+
+def execution_backend(obj: object) -> Any | None:
+    """The osmosis_ai ``ExecutionBackend`` a class stands for (``backend_workflow``), else None."""
+    return getattr(obj, "execution_backend", None) if isinstance(obj, type) else None
+
+
+def backend_workflow(backend: Any, path: str) -> type:
+    """A workflow class standing for ``backend``, an osmosis_ai ``ExecutionBackend`` instance.
+
+    It is named after ``path`` (``"module:attr"``) and lives in that module (so the run's
+    fingerprint hashes the module's source). Only an executor that calls the backend's
+    ``execute`` runs it; anywhere else (a worker process, a rollout server) its ``run`` fails
+    the rollout with a message saying so.
+    """
+    from osmosis_run.sdk.workflow import AgentWorkflow  # here: sdk.workflow imports sdk.types
+
+    kind = type(backend).__name__
+
+    async def run(_self: Any, _ctx: Any) -> None:
+        raise TypeError(
+            f"{path} is an osmosis_ai {kind}: it runs whole rollouts itself, and only "
+            "osmosis-run eval (in its own process, no --backend processes/ray) runs it"
+        )
+
+    module_name, _, attr = path.partition(":")
+    return type(
+        attr.replace(".", "_"),
+        (AgentWorkflow,),
+        {
+            "__module__": module_name,
+            "__doc__": f"Stands for {path}, an osmosis_ai {kind}.",
+            "execution_backend": backend,
+            "run": run,
+        },
+    )
 
 
 def from_osmosis_ai(value: Any) -> Any:

@@ -19,7 +19,7 @@ from osmosis_run.errors import (
     UserModuleImportError,
     WrongKindError,
 )
-from osmosis_run.sdk._osmosis_ai import counterpart
+from osmosis_run.sdk._osmosis_ai import backend_workflow, counterpart, is_osmosis_ai
 
 __all__ = ["import_from_string", "load_class", "load_instance", "load_module"]
 
@@ -71,6 +71,8 @@ def load_class(ref: type[T] | str, base: Callable[..., T], *, role: str) -> type
     # for ``type[T]`` (python/mypy#4717); it is always a class.
     base_cls = cast("type[object]", base)
     obj = import_from_string(ref) if isinstance(ref, str) else ref
+    if isinstance(ref, str) and _stands_for_workflow(obj, base_cls):
+        obj = backend_workflow(obj, ref)  # a module-level HarborBackend, say: it runs rollouts
     if not (inspect.isclass(obj) and issubclass(obj, _bases(base_cls))):
         raise WrongKindError(
             f"{_subject(role, ref)} is {_kind(obj)}, expected a subclass of {base_cls.__name__}"
@@ -90,6 +92,17 @@ def load_instance(ref: T | str, base: type[T], *, role: str) -> T:
             f"{_subject(role, ref)} is {_kind(obj)}, expected an instance of {base.__name__}{hint}"
         )
     return cast("T", obj)  # ours, or osmosis_ai's of the same role (the same fields)
+
+
+def _stands_for_workflow(obj: object, base: type) -> bool:
+    """Whether ``obj`` is an osmosis_ai ``ExecutionBackend`` (not a ``LocalBackend``, whose
+    parts are loaded instead) asked for as a workflow."""
+    return (
+        base.__name__ == "AgentWorkflow"
+        and not isinstance(obj, type)
+        and is_osmosis_ai(obj, "ExecutionBackend")
+        and not is_osmosis_ai(obj, "LocalBackend")
+    )
 
 
 def _bases(base: type) -> tuple[type, ...]:
