@@ -8,6 +8,7 @@ run cannot count are refused before anything runs.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -16,12 +17,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import results, subprocess_env, write_jsonl
+from conftest import (
+    TESTS_DIR,
+    fake_run_settings,
+    open_scheduler,
+    results,
+    subprocess_env,
+    write_jsonl,
+)
 from fake_upstream import Reply, Upstream, serve_upstream
 from typer.testing import Result
 
+from osmosis_run.backends.fake import FakeExecutor
 from osmosis_run.cli import exit_codes
 from osmosis_run.results.records import Summary
+from osmosis_run.run.loop import run_to_completion
 from osmosis_run.run.settings import EvalSettings
 from osmosis_run.run.settings.models import format_duration, parse_duration
 
@@ -350,3 +360,38 @@ def test_help_documents_exit_124(cli: Cli) -> None:
     for option in ("--time-limit", "--max-cost", "--max-tokens"):
         assert option in result.stdout
     assert "--time-limit" in cli("grade", "--help").stdout
+
+
+# -- the engine: a budget that runs out while the executor gets ready -------------------------
+
+
+class SlowToOpen(FakeExecutor):
+    """An executor whose start (workers, actors) takes ``seconds``: it must not be cancelled."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.finished_opening = False
+
+    async def open(self) -> None:
+        await asyncio.sleep(self.seconds)
+        await super().open()
+        self.finished_opening = True
+
+
+def test_a_time_limit_reached_while_the_executor_starts_lets_it_start_then_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(TESTS_DIR))
+    executor = SlowToOpen(0.5)
+    scheduler = open_scheduler(fake_run_settings(tmp_path, rows=8, time_limit="0.1s"), executor)
+    outcome = run_to_completion(scheduler.run())
+    assert executor.finished_opening  # not cancelled half-way
+    assert executor.closed
+    assert executor.attempts == []
+    assert outcome.interrupted
+    assert outcome.budget is not None
+    assert outcome.budget.message == (
+        "time limit 0.1s reached after 0 of 8 rollouts; the same command resumes"
+    )
+    assert outcome.budget.spent >= 0.1

@@ -145,7 +145,8 @@ def test_retry_after_is_honoured(up: Upstream, tmp_path: Path) -> None:
         gateway.open_rollout("r0", sample_index=0, timeout_s=None)
         ask(gateway)
     first, second = up.chat_requests()
-    assert second.at - first.at >= 0.4
+    # An event loop's timer may fire up to its clock's resolution early (uvloop's: 1 ms).
+    assert second.at - first.at >= 0.4 - 0.002
     assert records(tmp_path)[0]["previous_attempts"][0]["retry_after_s"] == 0.4
 
 

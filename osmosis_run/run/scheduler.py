@@ -216,6 +216,7 @@ class Scheduler:
         s = self.settings
         self.budgets = Budgets.of(s)
         self._budget_stop: BudgetStop | None = None
+        self._opening = False  # the executor is getting ready (see _ran_out)
         self.lifecycle = Lifecycle(
             executor,
             store,
@@ -398,6 +399,7 @@ class Scheduler:
             )
         try:
             try:
+                self._opening = True
                 await self.executor.open()
             except asyncio.CancelledError:
                 if not self._halting or self._main is None:
@@ -407,6 +409,10 @@ class Scheduler:
             except BaseException:
                 self.store.close()
                 raise
+            finally:
+                self._opening = False
+            if self._budget_stop is not None and not self._halting:
+                self._halt()  # the budget ran out while the executor got ready: nothing runs
             try:
                 return await self._run()
             finally:
@@ -416,8 +422,12 @@ class Scheduler:
                 timer.cancel()
 
     def _ran_out(self, stop: BudgetStop) -> None:
-        """A run budget ran out: stop as a Ctrl-C does (unless the run is stopping already)."""
-        if self._halting or self._main is None:
+        """A run budget ran out: stop as a Ctrl-C does (unless the run is stopping already).
+
+        While the executor gets ready (workers or actors starting) it is left to finish: the
+        run then stops before any rollout starts, without cancelling the executor half-made.
+        """
+        if self._halting or self._main is None or self._budget_stop is not None:
             return
         self._budget_stop = stop
         if self.reporter is not None:
@@ -425,7 +435,8 @@ class Scheduler:
                 f"osmosis-run: {stop.reached}: stopping; cancelling rollouts in flight, keeping "
                 "what finished"
             )
-        self._halt()
+        if not self._opening:
+            self._halt()
 
     def _watch_spending(self) -> None:
         """Stop the run once the model calls have used up ``--max-tokens`` or ``--max-cost``."""
