@@ -7,6 +7,7 @@ hands over, when, and what it does when the writer fails are checked on the fake
 from __future__ import annotations
 
 import ast
+import asyncio
 import errno
 import fcntl
 import json
@@ -18,7 +19,7 @@ import pytest
 from osmosis_run.errors import InfrastructureError
 from osmosis_run.results.records import Summary
 from osmosis_run.store import layout
-from osmosis_run.store.store import BATCH, RunStore, read_summary
+from osmosis_run.store.store import BATCH, BATCH_BYTES, RunStore, read_summary
 from osmosis_run.store.writer import Item, MemoryWriter
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
@@ -79,6 +80,68 @@ def test_a_background_writer_gets_batches_and_what_hand_off_finds(tmp_path: Path
     store.close()
     assert writer.batches[-1] == [last]  # close hands over what is left, then finishes
     assert writer.finished
+
+
+def test_a_batch_of_long_transcripts_is_handed_over_at_batch_bytes(tmp_path: Path) -> None:
+    writer = MemoryWriter(in_background=True)
+    store = opened(tmp_path, writer)
+    store.start_writer()
+    third = b"x" * (BATCH_BYTES // 9 + 1)  # a rollout's three documents: a third of a batch
+    for i in range(4):
+        store.write_rollout(f"r{i}.s0", line=third, result=third, trajectory=third)
+    assert [len(batch) for batch in writer.batches] == [3]
+    assert store.pending == 1
+    store.close()
+    assert [len(batch) for batch in writer.batches] == [3, 1]
+
+
+def test_pending_counts_the_rollouts_not_all_in_the_writer_process_yet(tmp_path: Path) -> None:
+    writer = MemoryWriter(in_background=True)
+    store = opened(tmp_path, writer)
+    store.start_writer()
+    rollout(store, 0)
+    store.hand_off()
+    writer.unsent = 1  # as a writer process whose pipe is full says
+    assert store.pending == 1
+    rollout(store, 1)
+    assert store.pending == 2
+    store.close()
+
+
+def test_room_waits_while_the_writer_is_behind_and_not_otherwise(tmp_path: Path) -> None:
+    writer = MemoryWriter(in_background=True)
+    store = opened(tmp_path, writer)
+
+    async def main() -> None:
+        await store.room()  # no writer yet: nothing to wait for
+        store.start_writer()
+        await store.room()
+        writer.behind = True
+        waiting = [asyncio.create_task(store.room()) for _ in range(3)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not any(task.done() for task in waiting)
+        store.poll()  # answers came, and it is still behind
+        await asyncio.sleep(0)
+        assert not any(task.done() for task in waiting)
+        waiting[0].cancel()  # a rollout cancelled while it waits leaves the others waiting
+        await asyncio.sleep(0)
+        writer.behind = False
+        store.poll()
+        await asyncio.wait_for(asyncio.gather(*waiting[1:]), timeout=5)
+        writer.behind = True
+        late = asyncio.create_task(store.room())
+        await asyncio.sleep(0)
+        writer.behind = False
+        store.hand_off()  # a hand-off looks too (a wait in ``write`` may have taken the answers)
+        await asyncio.wait_for(late, timeout=5)
+        writer.behind = True
+        last = asyncio.create_task(store.room())
+        await asyncio.sleep(0)
+        store.close()  # no writer any more: nothing to wait for
+        await asyncio.wait_for(last, timeout=5)
+
+    asyncio.run(main())
 
 
 def test_the_first_rollout_starts_the_writer(tmp_path: Path) -> None:

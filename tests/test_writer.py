@@ -6,10 +6,13 @@ import errno
 import fcntl
 import json
 import os
+import random
+import select
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,7 +192,7 @@ def test_a_torn_last_frame_is_dropped(tmp_path: Path) -> None:
 
 
 KILLED_RUNNER = """
-import os, signal, sys
+import os, signal, sys, time
 from pathlib import Path
 from osmosis_run.store.store import RunStore
 store = RunStore(Path(sys.argv[1]), background=True)
@@ -197,8 +200,11 @@ store.open({"k": 1}, fresh=False)
 store.start_writer()
 for i in range(400):
     line = ('{"rollout_id": "r%d.s0", "row_index": %d}' % (i, i)).encode()
-    store.write_rollout(f"r{i}.s0", line=line, result=b"{}" * 2000, trajectory=b"[]" * 2000)
+    big = b"[]" * (40_000 if i % 50 == 0 else 2000)  # some batches outgrow the pipe
+    store.write_rollout(f"r{i}.s0", line=line, result=b"{}" * 2000, trajectory=big)
 store.hand_off()
+while store.pending:  # handed over: all in the writer process's pipe
+    time.sleep(0.01)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -217,6 +223,7 @@ def test_a_killed_runner_loses_nothing_it_handed_over_and_a_resume_waits(tmp_pat
     lines = (run / "results.jsonl").read_bytes().splitlines()
     assert [json.loads(line)["row_index"] for line in lines] == list(range(400))
     assert (run / "rollouts/r399.s0/trajectory.json").read_bytes() == b"[]" * 2000
+    assert (run / "rollouts/r350.s0/trajectory.json").read_bytes() == b"[]" * 40_000
     resumed.close()
 
 
@@ -277,3 +284,163 @@ def test_unread_answers_never_deadlock_the_hand_over(tmp_path: Path) -> None:
     futures = [writer.make_dirs(batch) for batch in batches]
     writer.finish()
     assert [f.result(timeout=0) for f in futures] == batches
+
+
+# --- long transcripts: nothing waits for the pipe, back-pressure is said, not imposed ----------
+
+BIG = 1 << 20  # each of a big rollout's documents: three of them outgrow the pipe (1 MiB)
+
+
+def big_items(n: int, *, start: int = 0) -> list[Item]:
+    """n rollouts of three 1 MiB documents each."""
+    made: list[Item] = []
+    for i in range(start, start + n):
+        rid = f"r{i}.s0"
+        line = json.dumps({"rollout_id": rid, "pad": "x" * BIG}).encode()
+        made.append((rid, line, b"R" * BIG, b"T" * BIG))
+    return made
+
+
+@pytest.fixture
+def stopped(tmp_path: Path) -> Iterator[WriterProcess]:
+    """A writer process that reads nothing until the test resumes it (``SIGCONT``)."""
+    (tmp_path / "rollouts").mkdir()
+    writer = WriterProcess(
+        tmp_path / "results.jsonl", tmp_path / "rollouts", queue=64, queue_bytes=64 << 20
+    )
+    os.kill(writer.pid, signal.SIGSTOP)
+    try:
+        yield writer
+    finally:
+        if writer.pid not in _resumed:
+            resume(writer)
+        writer.abandon()
+
+
+_resumed: set[int] = set()
+
+
+def resume(writer: WriterProcess) -> None:
+    """Let a stopped writer process run again."""
+    _resumed.add(writer.pid)
+    os.kill(writer.pid, signal.SIGCONT)
+
+
+def answered(process: WriterProcess) -> None:
+    """Take replies until the writer process has answered everything sent so far."""
+    while process.unsent or process.behind:
+        select.select([process.reply_fd], [], [], 0.1)
+        process.poll()
+    assert process.error is None
+
+
+def test_a_batch_larger_than_the_pipe_is_handed_over_without_waiting_for_the_child(
+    tmp_path: Path, stopped: WriterProcess
+) -> None:
+    stopped.write(big_items(3))  # 9 MiB to a child that reads nothing: returns all the same
+    assert stopped.unsent == 3
+    stopped.write(items(2))  # queued behind it, in order
+    assert stopped.unsent == 5
+    resume(stopped)
+    stopped.finish()
+    assert stopped.unsent == 0
+    lines = (tmp_path / "results.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["rollout_id"] for line in lines] == [
+        "r0.s0", "r1.s0", "r2.s0", "r0-é.s0", "r1.s0"
+    ]  # fmt: skip
+    assert (tmp_path / "rollouts/r2.s0/trajectory.json").read_bytes() == b"T" * BIG
+
+
+def test_small_batches_go_into_the_pipe_at_once(tmp_path: Path, stopped: WriterProcess) -> None:
+    stopped.write(items(2))  # fits in the pipe: handed over even though the child is stopped
+    assert stopped.unsent == 0
+
+
+def test_a_writer_far_behind_says_so_until_it_has_caught_up(tmp_path: Path) -> None:
+    (tmp_path / "rollouts").mkdir()
+    writer = WriterProcess(
+        tmp_path / "results.jsonl", tmp_path / "rollouts", queue=8, queue_bytes=32 << 20
+    )
+    os.kill(writer.pid, signal.SIGSTOP)
+    try:
+        for i in range(5):
+            writer.write(items(1, start=i))
+        assert not writer.behind  # 5 of 8 rollouts unanswered
+        writer.write(items(1, start=5))
+        assert writer.behind  # 3/4 of ``queue``
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
+    answered(writer)  # caught up: below 1/2 of ``queue`` (and 1/8 of ``queue_bytes``)
+    assert not writer.behind
+    os.kill(writer.pid, signal.SIGSTOP)
+    try:
+        writer.write(big_items(2, start=6))  # 6 MiB of 32: within both bounds
+        assert not writer.behind
+        writer.write(big_items(1, start=8))
+        assert writer.behind  # 1/4 of ``queue_bytes``, and still within ``queue``
+        assert writer.unsent == 3
+    finally:
+        os.kill(writer.pid, signal.SIGCONT)
+    answered(writer)
+    assert not writer.behind
+    writer.finish()
+    assert len((tmp_path / "results.jsonl").read_bytes().splitlines()) == 9
+
+
+def test_abandon_drops_what_is_not_in_the_pipe_and_commits_only_whole_batches(
+    tmp_path: Path, stopped: WriterProcess
+) -> None:
+    batches = [big_items(2, start=2 * b) for b in range(3)]
+    for batch in batches:
+        stopped.write(batch)
+    assert stopped.unsent == 6
+    resume(stopped)
+    stopped.abandon()  # a frame half in the pipe is torn, and the child drops it
+    lines = (tmp_path / "results.jsonl").read_bytes().splitlines()
+    written = [json.loads(line)["rollout_id"] for line in lines]
+    whole = [[rid for batch in batches[:n] for rid, *_ in batch] for n in range(4)]
+    assert written in whole
+
+
+def test_a_child_that_dies_while_a_big_batch_waits_is_lost_with_its_exit_code(
+    tmp_path: Path, stopped: WriterProcess
+) -> None:
+    stopped.write(big_items(3))
+    _resumed.add(stopped.pid)  # dead: nothing to resume
+    os.kill(stopped.pid, signal.SIGKILL)
+    with pytest.raises(OSError, match=r"^\[Errno 5\] the writer process exited \(exit code -9\)$"):
+        stopped.finish()
+
+
+def test_the_pipe_keeps_every_byte_in_order_however_little_it_takes_at_a_time() -> None:
+    # A pipe of one page, read in odd sizes: writes are cut anywhere, within a piece or between
+    # two, and the pipe is full as often as not; frames of up to 3,000 pieces (beyond IOV_MAX).
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, getattr(fcntl, "F_SETPIPE_SZ", 1031), 4096)
+    os.set_blocking(write_end, False)
+    rng = random.Random(26)
+    frames = [
+        [rng.randbytes(rng.choice((1, 7, 100, 4095, 4096, 5000, 70_000))) for _ in range(n)]
+        for n in (1, 2, 3, 50, 3000, 5, 1, 400)
+    ]
+    received = bytearray()
+
+    def drain() -> None:
+        while chunk := os.read(read_end, rng.choice((1, 13, 1000, 4096, 9000))):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    pipe = writer_module._Pipe(write_end)
+    try:
+        for frame in frames:
+            pipe.send(frame, 1)
+        while pipe.unsent:
+            time.sleep(0.01)
+    finally:
+        pipe.close()
+        os.close(write_end)
+        reader.join()
+        os.close(read_end)
+    assert pipe.error is None
+    assert bytes(received) == b"".join(piece for frame in frames for piece in frame)

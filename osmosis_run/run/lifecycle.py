@@ -3,6 +3,8 @@ server both drive it, so a rollout ends the same way whichever of them ran it.
 
 ``Lifecycle.run(job, request, endpoint)`` runs the attempts:
 
+- first it waits while the store's writer is behind (``RunStore.room``): when rollouts finish
+  faster than the disk takes their files, new ones wait to start and the event loop is not held;
 - each attempt opens the rollout's account on the model gateway (if the run has one), then
   ``await executor.run(attempt, deadlines)``, with the driver's ``Deadlines`` (``deadlines.py``);
 - an attempt the backend lost (``AttemptLost``) runs again without counting, at most
@@ -174,6 +176,7 @@ class Lifecycle:
         """
         gateway, rid = self.gateway, job.rollout_id
         attempt = lost = 0
+        await self.store.room()
         while True:
             attempt += 1
             context = endpoint.derive(rid, seed=job.seed)

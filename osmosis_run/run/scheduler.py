@@ -78,6 +78,8 @@ STOP_GRACE_S = 2.0
 # finished meanwhile: the rollouts its slot lets start begin first (a burst of rollouts finishing
 # together must not delay the next ones by its bookkeeping), and one callback records a burst.
 RECORD_AFTER_TURNS = 2
+# A burst is recorded this long at most per turn of the event loop (see _record_finished).
+RECORD_SLICE_S = 0.002
 _UNRECORDED = object()
 
 
@@ -743,20 +745,31 @@ class Scheduler:
         # the event loop), and a burst of rollouts finishing together is recorded in one go.
         self._finished_jobs.append((job, request, outcome, timings, attempts))
         if len(self._finished_jobs) == 1:
-            asyncio.get_running_loop().call_soon(self._record_finished, RECORD_AFTER_TURNS)
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._record_finished, RECORD_AFTER_TURNS, True)
 
-    def _record_finished(self, turns: int = 0) -> None:
+    def _record_finished(self, turns: int = 0, sliced: bool = False) -> None:
         """Record the rollouts that finished since the last call, after ``turns`` loop turns.
 
-        Also called directly when the run ends, so that nothing finished is left unrecorded.
+        ``sliced``: at most ``RECORD_SLICE_S`` of it per loop turn; the rest, first in line,
+        in the next turn, so that a burst of long transcripts finishing together (their
+        encoding, a third of a millisecond each at 256 KB) does not hold the rollouts still
+        running. Also called directly, whole, when the run ends, so that nothing finished is
+        left unrecorded.
         """
+        loop = asyncio.get_running_loop()
         if turns > 0:
-            asyncio.get_running_loop().call_soon(self._record_finished, turns - 1)
+            loop.call_soon(self._record_finished, turns - 1, sliced)
             return
         finished, self._finished_jobs = self._finished_jobs, []
         record, reporter = self.lifecycle.record, self.reporter
+        until = time.perf_counter() + RECORD_SLICE_S
         try:
-            for job, request, outcome, timings, attempts in finished:
+            for n, (job, request, outcome, timings, attempts) in enumerate(finished):
+                if sliced and n and time.perf_counter() >= until:
+                    self._finished_jobs[:0] = finished[n:]  # the rest, first in line
+                    loop.call_soon(self._record_finished, 0, True)
+                    break
                 try:
                     handed = record(job, outcome, request, timings, attempts)
                 except InfrastructureError as exc:

@@ -3,12 +3,15 @@
 A rollout is finished when its line is in results.jsonl: its files are written first, so a hard
 kill leaves at most rollouts whose files exist but whose line does not; they run again on resume
 and overwrite those files. A torn last line is cut off on resume. Large runs hand finished
-rollouts to a writer process (``writer.py``) in small batches, every few milliseconds; it
-finishes what it was sent even if the runner is killed, so a crash loses only the rollouts
-running and those finished in the last few milliseconds. The store drives it, or a writer in
-this process, through one protocol (``Writer``), never asking which it has. A lock on the
-directory keeps two runners (or a resume and the writer process of a killed run) from writing it
-at once; it is taken before anything in the directory changes (``--fresh`` included).
+rollouts to a writer process (``writer.py``) in small batches (``BATCH`` rollouts or
+``BATCH_BYTES``), every few milliseconds; it finishes what it was sent even if the runner is
+killed, so a crash loses only the rollouts running and those finished in the last few
+milliseconds (or not yet in its pipe: ``pending``). When the disk is slower than the rollouts,
+``room`` has new rollouts wait, rather than the event loop (``writer.py``). The store drives
+the writer process, or a writer in this process, through one protocol (``Writer``), never
+asking which it has. A lock on the directory keeps two runners (or a resume and the writer
+process of a killed run) from writing it at once; it is taken before anything in the directory
+changes (``--fresh`` included).
 
 Everything written goes through one ``Redactor`` (``redact.py``): no secret reaches a file.
 What fails on the machine before a run (opening the directory, its lock, run.toml) is a
@@ -18,6 +21,7 @@ What fails on the machine before a run (opening the directory, its lock, run.tom
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import json
@@ -152,6 +156,8 @@ class RunStore:
         self._hand_at = BATCH  # rollouts gathered before a hand-off: 1 for a writer in this process
         self._started = False  # the run is under way: failures are infrastructure errors
         self._batch: list[Item] = []
+        self._batch_bytes = 0
+        self._room: asyncio.Event | None = None  # set when the writer is no longer behind
         self._lock: int | None = None
 
     @property
@@ -246,8 +252,13 @@ class RunStore:
 
     @property
     def pending(self) -> int:
-        """Rollouts given to ``write_rollout`` and not yet handed to the writer."""
-        return len(self._batch)
+        """Rollouts given to ``write_rollout`` and not yet handed to the writer.
+
+        A batch is handed over once all of it is in the writer process's pipe: a runner killed
+        before loses it (a ``--jsonl`` line is printed only for rollouts handed over).
+        """
+        unsent = self._writer.unsent if self._writer is not None else 0
+        return len(self._batch) + unsent
 
     def _rewrite_results(self, path: Path, keep: set[str]) -> None:
         """Copy the kept lines, byte for byte, to a new results.jsonl."""
@@ -341,7 +352,8 @@ class RunStore:
                 self.dir / RESULTS,
                 self.rollouts_dir,
                 background=self.background,
-                queue=WRITE_QUEUE,
+                queue=WRITE_QUEUE * BATCH,
+                queue_bytes=WRITE_QUEUE_BYTES,
                 keep_open=() if self._lock is None else (self._lock,),
             )
         except OSError as exc:
@@ -363,6 +375,26 @@ class RunStore:
         """Take the writer process's answers (never blocks)."""
         if self._writer is not None:
             self._writer.poll()
+            self._check_room()
+
+    async def room(self) -> None:
+        """Wait while the writer process is behind; return at once when it is not.
+
+        A driver awaits it before running a rollout: when rollouts finish faster than the disk
+        takes their files, new ones wait here while those running go on, and the event loop is
+        never held (``hand_off`` would wait for the writer on it, at ``WRITE_QUEUE`` batches).
+        The wait ends on the writer's answers (``poll``), a hand-off or ``close``.
+        """
+        while self._writer is not None and self._writer.behind:
+            if self._room is None:
+                self._room = asyncio.Event()
+            await self._room.wait()
+
+    def _check_room(self) -> None:
+        """Wake the rollouts waiting in ``room`` once the writer is no longer behind."""
+        if self._room is not None and (self._writer is None or not self._writer.behind):
+            self._room.set()
+            self._room = None
 
     def failure(self) -> InfrastructureError | None:
         """The error the writer met, once known (the next write raises it), or None."""
@@ -374,10 +406,10 @@ class RunStore:
     ) -> None:
         """Write one finished rollout: its files, then its results line (the commit point).
 
-        A writer process gets rollouts in batches of ``BATCH`` (or whatever ``hand_off``
-        finds; call it every few milliseconds) and ``WRITE_QUEUE`` batches at most wait for
-        it. A killed runner loses only the rollouts not handed over yet: they run again on
-        resume.
+        A writer process gets rollouts in batches of ``BATCH`` or ``BATCH_BYTES`` (or
+        whatever ``hand_off`` finds; call it every few milliseconds), and ``WRITE_QUEUE``
+        batches (``WRITE_QUEUE_BYTES``) at most wait for it. A killed runner loses only the
+        rollouts not handed over yet (``pending``): they run again on resume.
 
         Raises:
             InfrastructureError: the writer could not write this or an earlier batch.
@@ -394,7 +426,8 @@ class RunStore:
         if self._writer is None:
             self.start_writer()
         self._batch.append(item)
-        if len(self._batch) >= self._hand_at:
+        self._batch_bytes += len(item[1]) + len(item[2]) + len(item[3] or b"")
+        if len(self._batch) >= self._hand_at or self._batch_bytes >= BATCH_BYTES:
             self.hand_off()
 
     def hand_off(self) -> None:
@@ -403,12 +436,14 @@ class RunStore:
         Raises:
             InfrastructureError: the writer could not write an earlier batch, or was lost.
         """
-        if self._writer is not None and self._batch:
-            batch, self._batch = self._batch, []
-            try:
+        try:
+            if self._writer is not None and self._batch:
+                batch, self._batch, self._batch_bytes = self._batch, [], 0
                 self._writer.write(batch)
-            except OSError as exc:
-                raise self._failure(exc) from exc
+        except OSError as exc:
+            raise self._failure(exc) from exc
+        finally:
+            self._check_room()  # a wait in ``write`` may have taken the answers
 
     def _failure(self, exc: OSError) -> InfrastructureError:
         # Every write names its file but the append to results.jsonl (and its fsync).
@@ -435,7 +470,8 @@ class RunStore:
                 disk, a lost writer process); the run is released all the same.
         """
         writer, self._writer = self._writer, None
-        batch, self._batch = self._batch, []
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        self._check_room()  # nothing to wait for any more
         error: InfrastructureError | None = None
         try:
             if writer is not None:
@@ -484,7 +520,14 @@ class RunStore:
 
 
 BATCH = 32
+# A batch is handed over at this size too: long transcripts go in several frames, so that the
+# writer process starts on them at once and a power loss takes fewer.
+BATCH_BYTES = 4 << 20
+# ``hand_off`` waits (holding the loop) beyond WRITE_QUEUE batches of rollouts, or
+# WRITE_QUEUE_BYTES, unanswered; well before either, rollouts wait in ``room`` instead, which
+# does not hold it.
 WRITE_QUEUE = 4
+WRITE_QUEUE_BYTES = 128 << 20
 LOCK_WAIT_S = 10.0
 
 

@@ -14,10 +14,19 @@ event loop watches ``reply_fd``); ``InlineWriter`` does the same work in this pr
 runs and as the fallback when no child can be started. Both write through the same functions,
 so the run directory they leave is the same byte for byte.
 
+Nothing waits for the pipe on the event loop: a thread of the writer (``_Pipe``) writes the
+frames into it, as fast as the child takes them, so that handing over a batch of long
+transcripts (tens of megabytes) costs the loop no more than a small one. ``write`` returns at
+once unless the writer is far behind: beyond ``queue`` rollouts or ``queue_bytes`` bytes
+unanswered it waits, which bounds memory and what a power loss can take. Well before that
+``behind`` says so, and rollouts wait to start (``RunStore.room``) while running ones go on: the
+run slows down to the disk's pace without holding the loop.
+
 Durability: the child commits a batch (appends its results lines) after writing its files. If
 the runner is killed, the child still finishes every batch it was sent, then exits; a resume
-waits for it (the run directory's lock is inherited by the child). At most ``queue`` batches are
-unanswered at a time, which bounds memory and what a power loss can take.
+waits for it (the run directory's lock is inherited by the child). A batch is sent once all of
+it is in the pipe: until then it is ``unsent``, and the store counts its rollouts as not handed
+over yet (a killed runner loses them, and they run again on resume).
 
 Every error names the file it was writing. The run directory's lock and the pipes to the child
 are released in a child that user code makes with ``os.fork()``: a forked workflow that lives on
@@ -33,6 +42,7 @@ import select
 import struct
 import subprocess
 import sys
+import threading
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -56,10 +66,13 @@ __all__ = [
 ]
 
 Item = tuple[str, bytes, bytes, bytes | None]  # rollout id, results line, result.json, trajectory
-_PIPE_BYTES = 1 << 20  # room for a few batches, so handing one over rarely waits
+_PIPE_BYTES = 1 << 20  # room for a few batches of small rollouts
 _READ_BYTES = 1 << 16
+_IOV_MAX = 1024  # buffers one writev takes at most (POSIX's minimum for IOV_MAX)
 # How long a child whose pipe closed gets to be reaped, for its exit code.
 _REAP_S = 1.0
+# How often a wait for the writer process looks whether its pipe broke.
+_LOOK_S = 0.1
 
 
 class WriterLost(OSError):
@@ -136,6 +149,16 @@ class Writer(Protocol):
         """The error a write met, once known (``poll`` takes it), or None: ``write`` raises it."""
         ...
 
+    @property
+    def unsent(self) -> int:
+        """Rollouts given to ``write`` that are not all with the writer yet (0: none)."""
+        ...
+
+    @property
+    def behind(self) -> bool:
+        """Whether so much is unanswered that new rollouts should wait (``poll`` updates it)."""
+        ...
+
     def make_dirs(self, rollout_ids: Sequence[str]) -> Future[list[str]] | None:
         """Make the rollouts' artifacts directories ahead, or None when this writer does not.
 
@@ -175,6 +198,11 @@ def _tree(rollouts: Path) -> child.Tree:
 
 def pack(items: Sequence[Item]) -> bytes:
     """The payload of a W frame."""
+    return b"".join(payload(items))
+
+
+def payload(items: Sequence[Item]) -> list[bytes]:
+    """The payload of a W frame, in pieces: the documents themselves, not copies."""
     parts: list[bytes] = []
     for rollout_id, line, result, trajectory in items:
         name = os.fsencode(rollout_id)
@@ -183,7 +211,7 @@ def pack(items: Sequence[Item]) -> bytes:
         if trajectory is not None:
             parts.append(trajectory)
         parts += (line, b"\n")
-    return b"".join(parts)
+    return parts
 
 
 class InlineWriter:
@@ -195,6 +223,8 @@ class InlineWriter:
     in_background = False
     reply_fd = None
     error = None  # a write that fails raises at once
+    unsent = 0  # every write is done when ``write`` returns
+    behind = False
 
     def __init__(self, results: Path, rollouts: Path) -> None:
         self._tree = _tree(rollouts)
@@ -244,7 +274,8 @@ class WriterProcess:
     Args:
         results: results.jsonl.
         rollouts: the rollouts/ directory.
-        queue: write batches unanswered at most; ``write`` waits beyond it.
+        queue: rollouts handed over and unanswered at most; ``write`` waits beyond it.
+        queue_bytes: the same in bytes (``write`` waits beyond either).
         keep_open: file descriptors the child inherits (the run directory's lock).
 
     Raises:
@@ -254,9 +285,16 @@ class WriterProcess:
     in_background = True
 
     def __init__(
-        self, results: Path, rollouts: Path, *, queue: int, keep_open: Sequence[int] = ()
+        self,
+        results: Path,
+        rollouts: Path,
+        *,
+        queue: int,
+        queue_bytes: int = 1 << 62,
+        keep_open: Sequence[int] = (),
     ) -> None:
         self._queue = queue
+        self._queue_bytes = queue_bytes
         self._results = results
         self._process = subprocess.Popen(
             child_command(results, rollouts),
@@ -273,9 +311,13 @@ class WriterProcess:
         _grow(self._to)
         os.set_blocking(self._to, False)
         os.set_blocking(self._from, False)
+        self._pipe = _Pipe(self._to)
         self._seq = 0
-        self._unanswered: deque[tuple[int, Future[list[str]] | None]] = deque()
-        self._writes = 0
+        # seq, its directory batch's future (None: a W or F frame), its rollouts, its bytes
+        self._unanswered: deque[tuple[int, Future[list[str]] | None, int, int]] = deque()
+        self._rollouts = 0  # rollouts unanswered
+        self._bytes = 0  # bytes of frames unanswered
+        self._behind = False
         self._replies = bytearray()
         self._error: OSError | None = None
         self._ended = False
@@ -295,24 +337,33 @@ class WriterProcess:
         """The first error the child reported (or its loss), once ``poll`` has taken it."""
         return self._error
 
+    @property
+    def unsent(self) -> int:
+        """Rollouts handed to ``write`` whose batch is not all in the pipe yet."""
+        return self._pipe.unsent
+
+    @property
+    def behind(self) -> bool:
+        """Whether so much is unanswered that new rollouts should wait (``_update_behind``)."""
+        return self._behind
+
     def make_dirs(self, rollout_ids: Sequence[str]) -> Future[list[str]]:
         """Have the child make the rollouts' artifacts directories.
 
         The future resolves (in ``poll``) to the ids whose directory could not be made.
         """
         future: Future[list[str]] = Future()
-        self._send(b"D", b"\0".join(os.fsencode(i) for i in rollout_ids), future)
+        self._send(b"D", [b"\0".join(os.fsencode(i) for i in rollout_ids)], future)
         return future
 
     def write(self, items: Sequence[Item]) -> None:
-        """Hand over a batch; wait while ``queue`` batches are unanswered.
+        """Hand over a batch; wait only beyond ``queue`` rollouts or ``queue_bytes`` unanswered.
 
         Raises:
             OSError: the child could not write an earlier batch, or died.
         """
-        self._send(b"W", pack(items), None)
-        self._writes += 1
-        while self._writes > self._queue:
+        self._send(b"W", payload(items), None, rollouts=len(items))
+        while self._rollouts > self._queue or self._bytes > self._queue_bytes:
             self._wait()
 
     def poll(self) -> None:
@@ -337,21 +388,26 @@ class WriterProcess:
             OSError: something could not be written.
         """
         try:
-            self._send(b"F", b"", None)
+            self._send(b"F", [], None)
             while self._unanswered:
                 self._wait()
         finally:
             self.abandon()
 
     def abandon(self) -> None:
-        """Close the pipe; the child finishes what it was sent, then exits."""
+        """Stop sending and close the pipes; the child finishes what it was sent, then exits.
+
+        What was not all in the pipe yet is dropped (the child drops a torn last frame).
+        """
         assert self._process.stdin is not None
         assert self._process.stdout is not None
         _NOT_FOR_FORKS.difference_update((self._to, self._from))
+        # Replies first: a child blocked on a full reply pipe would never read the rest.
+        self._process.stdout.close()
+        self._pipe.close()
         with contextlib.suppress(OSError):
             self._process.stdin.close()
         self._process.wait()
-        self._process.stdout.close()
 
     def _exit_code(self) -> int | None:
         """The exit code of a child whose pipe has closed (None: still running after 1 s).
@@ -364,40 +420,33 @@ class WriterProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    def _send(self, kind: bytes, payload: bytes, future: Future[list[str]] | None) -> None:
+    def _send(
+        self,
+        kind: bytes,
+        parts: list[bytes],
+        future: Future[list[str]] | None,
+        *,
+        rollouts: int = 0,
+    ) -> None:
         self._raise()
         self._seq += 1
-        self._unanswered.append((self._seq, future))
-        try:
-            self._push(child.HEADER.pack(kind, self._seq, len(payload)) + payload)
-        except BrokenPipeError:
-            self.poll()  # the child's last words, if any
-            self._fail(WriterLost(self._exit_code(), self._results))
-            self._raise()
-
-    def _push(self, frame: bytes) -> None:
-        """Write a frame; while the pipe is full, keep taking replies.
-
-        Without that, a runner that hands over directory batches faster than it reads the
-        answers (an unlimited window over a large dataset) could block on a full pipe while the
-        child blocks on a full reply pipe.
-        """
-        view = memoryview(frame)
-        while view:
-            try:
-                view = view[os.write(self._to, view) :]
-            except BlockingIOError:
-                readable, _, _ = select.select([self._from], [self._to], [])
-                if readable:
-                    self.poll()
+        size = sum(map(len, parts))
+        self._unanswered.append((self._seq, future, rollouts, size))
+        self._rollouts += rollouts
+        self._bytes += size
+        self._update_behind()
+        self._pipe.send([child.HEADER.pack(kind, self._seq, size), *parts], rollouts)
 
     def _wait(self) -> None:
         self._raise()
-        select.select([self._from], [], [])
+        select.select([self._from], [], [], _LOOK_S)
         self.poll()
         self._raise()
 
     def _raise(self) -> None:
+        if self._error is None and self._pipe.error is not None:  # the child died
+            self.poll()  # its last words, if any
+            self._fail(WriterLost(self._exit_code(), self._results))
         if self._error is not None:
             raise self._error
 
@@ -406,29 +455,142 @@ class WriterProcess:
         while len(self._replies) >= header.size:
             kind, seq, size = header.unpack_from(self._replies)
             if len(self._replies) < header.size + size:
-                return
+                break
             body = bytes(self._replies[header.size : header.size + size])
             del self._replies[: header.size + size]
-            expected, future = self._unanswered.popleft()
+            expected, future, rollouts, sent = self._unanswered.popleft()
             assert seq == expected, f"writer process replied to {seq}, expected {expected}"
             if kind == b"E":
                 (code,) = struct.unpack_from("<i", body)
                 message, _, filename = body[4:].decode(errors="replace").partition("\0")
                 self._fail(OSError(code, message, filename or None))
                 return
-            if future is None:
-                self._writes -= 1
-            else:
+            self._rollouts -= rollouts
+            self._bytes -= sent
+            if future is not None:
                 future.set_result([os.fsdecode(i) for i in body.split(b"\0") if i])
+        self._update_behind()
+
+    def _update_behind(self) -> None:
+        """Behind from 3/4 of ``queue`` or 1/4 of ``queue_bytes``, until below 1/2 and 1/8.
+
+        Rollouts are counted for the many small ones, a batch or two behind as a rule: the
+        child is still busy when they start again. Bytes are counted early for long transcripts:
+        the rollouts running when new ones start waiting still fit within ``queue_bytes``.
+        """
+        rollouts, size = self._rollouts, self._bytes
+        if self._behind:
+            self._behind = rollouts * 2 >= self._queue or size * 8 >= self._queue_bytes
+        else:
+            self._behind = rollouts * 4 >= self._queue * 3 or size * 4 >= self._queue_bytes
 
     def _fail(self, error: OSError) -> None:
         """Remember the first error; fail every directory batch still waiting with it."""
         if self._error is None:
             self._error = error
+        self._behind = False  # nothing more will be answered: nobody should wait for it
         while self._unanswered:
-            _, future = self._unanswered.popleft()
+            _, future, _, _ = self._unanswered.popleft()
             if future is not None and not future.done():
                 future.set_exception(error)
+
+
+class _Pipe:
+    """Write frames into the writer process's stdin, in order, never waiting on the caller.
+
+    A frame that fits in the pipe is written at once (the usual case: a batch of small
+    rollouts); the rest of one that does not, and every frame after it, is written by a thread
+    of its own, which waits for room without the interpreter lock. ``unsent`` counts the
+    rollouts of frames not all in the pipe yet. Frames are written from the documents
+    themselves: no copy is packed.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._frames: deque[tuple[list[memoryview], int]] = deque()  # waiting for the thread
+        self._writing = False  # the thread holds a frame
+        self._ready = threading.Condition(threading.Lock())
+        self._closing = False
+        self.unsent = 0
+        self.error: OSError | None = None  # set when the pipe broke (the child died)
+        self._thread = threading.Thread(target=self._run, name="osmosis-run writer pipe")
+        self._thread.daemon = True  # a runner that dies must not wait for it
+        self._thread.start()
+
+    def send(self, frame: list[bytes], rollouts: int) -> None:
+        """Write a frame (its header and payload pieces) holding ``rollouts`` rollouts."""
+        views = [memoryview(piece) for piece in frame if piece]
+        with self._ready:
+            if not self._frames and not self._writing and self.error is None:
+                try:
+                    views = _write_some(self._fd, views)
+                except OSError as exc:  # a broken pipe: the writer process died
+                    self.error = exc
+                    return
+                if not views:
+                    return
+            self._frames.append((views, rollouts))
+            self.unsent += rollouts
+            self._ready.notify()
+
+    def close(self) -> None:
+        """Stop writing (a frame half written is left torn: the child drops it); end the thread."""
+        with self._ready:
+            self._closing = True
+            self._ready.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                self._writing = False
+                while not self._frames and not self._closing:
+                    self._ready.wait()
+                if self._closing:
+                    return
+                views, rollouts = self._frames.popleft()
+                self._writing = True
+            try:
+                self._write(views)
+            except OSError as exc:  # a broken pipe: the writer process died
+                self.error = exc
+                return
+            with self._ready:
+                self.unsent -= rollouts
+
+    def _write(self, views: list[memoryview]) -> None:
+        """Write all of ``views``, waiting for room in the pipe, unless the pipe is closing."""
+        room = select.poll()  # not select(): a serve with many connections has high descriptors
+        room.register(self._fd, select.POLLOUT)
+        while not self._closing:
+            views = _write_some(self._fd, views)
+            if not views:
+                return
+            room.poll(_LOOK_S * 1000)
+
+
+def _write_some(fd: int, views: list[memoryview]) -> list[memoryview]:
+    """Write what the non-blocking ``fd`` takes of ``views``; return what is left.
+
+    What is left is what the full pipe did not take, its first piece cut where it stopped.
+
+    Raises:
+        OSError: the pipe broke.
+    """
+    at = 0
+    while at < len(views):
+        try:
+            written = os.writev(fd, views[at : at + _IOV_MAX])
+        except BlockingIOError:
+            break
+        if not written:
+            break
+        while at < len(views) and written >= views[at].nbytes:
+            written -= views[at].nbytes
+            at += 1
+        if written:
+            views[at] = views[at][written:]
+    return views[at:]
 
 
 class MemoryWriter:
@@ -436,7 +598,8 @@ class MemoryWriter:
 
     ``batches`` holds every batch written, in order, and ``dirs`` every ``make_dirs`` call.
     Set ``error`` to have every later call fail with it, as a full disk or a lost writer process
-    would; add ids to ``unmade`` to have ``make_dirs`` report their directories unmade.
+    would; add ids to ``unmade`` to have ``make_dirs`` report their directories unmade. Set
+    ``behind`` (and ``unsent``) to act as a writer process that has fallen behind.
 
     Args:
         in_background: act as a writer process (the store batches for it; it makes
@@ -451,6 +614,8 @@ class MemoryWriter:
         self.dirs: list[list[str]] = []
         self.unmade: set[str] = set()
         self.error: OSError | None = None
+        self.behind = False
+        self.unsent = 0
         self.finished = False
         self.abandoned = False
 
@@ -502,12 +667,23 @@ class MemoryWriter:
 
 
 def start_writer(
-    results: Path, rollouts: Path, *, background: bool, queue: int, keep_open: Sequence[int] = ()
+    results: Path,
+    rollouts: Path,
+    *,
+    background: bool,
+    queue: int,
+    queue_bytes: int,
+    keep_open: Sequence[int] = (),
 ) -> Writer:
-    """A writer process when ``background`` and one can start (POSIX), else an inline writer."""
+    """A writer process when ``background`` and one can start (POSIX), else an inline writer.
+
+    ``queue`` and ``queue_bytes``: see ``WriterProcess``.
+    """
     if background and os.name == "posix" and sys.executable and os.path.isfile(child.__file__):
         try:
-            return WriterProcess(results, rollouts, queue=queue, keep_open=keep_open)
+            return WriterProcess(
+                results, rollouts, queue=queue, queue_bytes=queue_bytes, keep_open=keep_open
+            )
         except OSError:
             pass  # no child processes here: write inline
     return InlineWriter(results, rollouts)

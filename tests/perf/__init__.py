@@ -8,6 +8,10 @@ Run them from the repository root (about 5 minutes on a 2-core machine):
     python -m tests.perf --strict                 # exit 1 when a target does not hold
     python -m tests.perf.profile_w1               # W1 in-process under cProfile
     python -m tests.perf.gateway                  # the model gateway's W11, W11b, W12 alone
+    python -m tests.perf.processes                # worker processes: W13, W14, W1p
+    python -m tests.perf.transcripts              # long transcripts: W15
+    python -m tests.perf.scale                    # a million rows: W16
+    python -m tests.perf.view                     # osmosis-run view on 100,000 rollouts: W18
     python -m tests.perf.bench_construct          # _construct against pydantic's model_construct
     python -m tests.perf.bench_render             # a plain stderr writer against rich's Console
 
