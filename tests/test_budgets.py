@@ -174,7 +174,9 @@ def test_the_time_limit_from_a_config_file_or_the_environment(
 
 def test_the_time_limit_with_worker_processes(cli: Cli, data: Path, tmp_path: Path) -> None:
     args = ("eval", str(data), *SLOW, "-c", "2", "--out", "run", "--backend", "processes")
-    result = cli(*args, "--workers", "1", "--time-limit", "1.5s")
+    # Long enough for the worker to start first under load (a limit reached while the executor
+    # starts is the engine test at the end of this module).
+    result = cli(*args, "--workers", "1", "--time-limit", "2.5s")
     assert result.exit_code == 124, result.stderr
     stopped(result.stderr, tmp_path / "run", "time_limit")
     result = cli(*args, "--workers", "1")
