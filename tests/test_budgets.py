@@ -172,15 +172,24 @@ def test_the_time_limit_from_a_config_file_or_the_environment(
     exactly_once(tmp_path / "run", ROWS, log, kept)
 
 
-def test_the_time_limit_with_worker_processes(cli: Cli, data: Path, tmp_path: Path) -> None:
-    args = ("eval", str(data), *SLOW, "-c", "2", "--out", "run", "--backend", "processes")
+def test_the_time_limit_with_worker_processes(data: Path, tmp_path: Path) -> None:
+    # As the worker-process tests run it: a real osmosis-run process, its workers its children.
+    command = [sys.executable, "-m", "osmosis_run", "eval", str(data), *SLOW, "-c", "2"]
+    command += ["--out", "run", "--backend", "processes", "--workers", "1"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*command, *extra], cwd=tmp_path, env=subprocess_env(), capture_output=True,
+            text=True, timeout=240, check=False,
+        )  # fmt: skip
+
     # Long enough for the worker to start first under load (a limit reached while the executor
     # starts is the engine test at the end of this module).
-    result = cli(*args, "--workers", "1", "--time-limit", "2.5s")
-    assert result.exit_code == 124, result.stderr
-    stopped(result.stderr, tmp_path / "run", "time_limit")
-    result = cli(*args, "--workers", "1")
-    assert result.exit_code == 0, result.stderr
+    first = run("--time-limit", "2.5s")
+    assert first.returncode == 124, first.stderr
+    stopped(first.stderr, tmp_path / "run", "time_limit")
+    last = run()
+    assert last.returncode == 0, last.stderr
     exactly_once(tmp_path / "run", ROWS)
 
 
