@@ -25,25 +25,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, overload
 
-from pydantic import ValidationError
-
 from osmosis_run.errors import RunDirError
 from osmosis_run.results.records import ResultLine
 from osmosis_run.store.layout import RESULTS
+from osmosis_run.store.store import parse_line
 
-__all__ = ["ResultsFile", "parse_line", "scan_results"]
+__all__ = ["ResultsFile", "scan_results"]
 
 _BUFFER = 1 << 20
-
-
-def parse_line(raw: bytes) -> ResultLine | None:
-    """One results line (with its newline); None when it is torn or not a valid result."""
-    if not raw.endswith(b"\n"):
-        return None
-    try:
-        return ResultLine.model_validate_json(raw)
-    except ValidationError:
-        return None
 
 
 class ResultsFile(Sequence[ResultLine]):

@@ -50,7 +50,7 @@ from osmosis_run.store.writer import (
     start_writer,
 )
 
-__all__ = ["RunStore", "infrastructure_error", "read_results", "read_summary"]
+__all__ = ["RunStore", "infrastructure_error", "parse_line", "read_results", "read_summary"]
 
 
 # What an errno means for a run, in the words of its one-line message.
@@ -105,7 +105,7 @@ def read_results(run_dir: Path) -> Iterator[ResultLine]:
         return
     with path.open("rb") as f:
         for raw in f:
-            line = _parse_line(raw)
+            line = parse_line(raw)
             if line is not None:
                 yield line
 
@@ -118,7 +118,8 @@ def read_summary(run_dir: Path) -> Summary | None:
     return Summary.model_validate_json(path.read_bytes())
 
 
-def _parse_line(raw: bytes) -> ResultLine | None:
+def parse_line(raw: bytes) -> ResultLine | None:
+    """One results line (with its newline); None when it is torn or not a valid result."""
     if not raw.endswith(b"\n"):
         return None
     try:
@@ -236,7 +237,7 @@ class RunStore:
         dropped = False
         with path.open("rb") as f:
             for raw in f:
-                line = _parse_line(raw)
+                line = parse_line(raw)
                 if (
                     line is None
                     or line.rollout_id in finished
@@ -267,7 +268,7 @@ class RunStore:
         try:
             with path.open("rb") as old, temporary.open("wb") as new:
                 for raw in old:
-                    line = _parse_line(raw)
+                    line = parse_line(raw)
                     if line is not None and line.rollout_id in keep and line.rollout_id not in seen:
                         seen.add(line.rollout_id)
                         new.write(raw)

@@ -49,6 +49,7 @@ from osmosis_run.store.layout import (
     SUMMARY,
     rollout_dir,
 )
+from osmosis_run.store.store import parse_line
 from osmosis_run.view.runs import RunState, run_state
 
 __all__ = ["SORTS", "Query", "RunIndex"]
@@ -185,9 +186,8 @@ class RunIndex:
         return added
 
     def _add(self, raw: bytes, start: int) -> None:
-        try:
-            line = ResultLine.model_validate_json(raw)
-        except ValidationError:
+        line = parse_line(raw)
+        if line is None:
             return  # a corrupt line: skipped, as every reader of results.jsonl skips it
         row = rollout_row(line, self.threshold)
         reward, workflow, grader = line.reward, line.workflow_ms, line.grader_ms
