@@ -80,7 +80,9 @@ def test_a_rollout_is_admitted_with_a_lease_then_polled_to_its_result(served: Se
 
 
 def test_a_poll_waits_for_a_status_change_then_answers_the_status(served: Served) -> None:
-    token = served.admit("slow", label="HI", metadata={"sleep": 0.5, "grade_sleep": 0.5})
+    # The workflow runs for 1.5 s, several times the poll's 0.3 s wait: a poll that held on until
+    # the status changed would take about 1.5 s, far above the bound below.
+    token = served.admit("slow", label="HI", metadata={"sleep": 1.5, "grade_sleep": 0.5})
     statuses = []
     started = time.monotonic()
     while True:
@@ -92,10 +94,10 @@ def test_a_poll_waits_for_a_status_change_then_answers_the_status(served: Served
             break
         assert body["sample"] is None
         assert body["err_message"] is None
-        assert took < 0.3 + 0.25  # never longer than the wait (0.3 s), plus slack
+        assert took < 0.3 + 0.6  # never longer than the wait (0.3 s), plus a loaded machine's slack
     assert "grading" in statuses
-    assert statuses[0] in ("running", "grading")
-    assert time.monotonic() - started < 3
+    assert statuses.count("running") >= 2
+    assert time.monotonic() - started < 5
 
 
 def test_a_poll_answers_at_once_when_the_status_changes(tmp_path: Path) -> None:

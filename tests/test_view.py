@@ -252,14 +252,21 @@ def test_paths_that_leave_the_run_are_404(view: Viewing, runs: Runs, path: str) 
 # -- a run being written ---------------------------------------------------------------------
 
 
-SLOW_FLOW = """
+GATED_FLOW = """
 import asyncio
+import pathlib
+
 from osmosis_run import AgentWorkflow, Grader
 
+GATE = pathlib.Path(__file__).with_name("gate")
 
-class Slow(AgentWorkflow):
+
+class Gated(AgentWorkflow):
+    # Row qN finishes once the gate file holds a number above N: the test sets the pace.
     async def run(self, ctx):
-        await asyncio.sleep(0.15)
+        index = int(ctx.prompt[-1]["content"][1:])
+        while int(GATE.read_text()) <= index:
+            await asyncio.sleep(0.02)
         return [dict(ctx.prompt[-1]), {"role": "assistant", "content": "ok"}]
 
 
@@ -269,37 +276,77 @@ class Pass(Grader):
 """
 
 
+class GatedEval:
+    """A real `osmosis-run eval` of 40 rows in a subprocess, each finishing when `release` says."""
+
+    def __init__(self, tmp_path: Path, out: Path) -> None:
+        (tmp_path / "gated_flow.py").write_text(GATED_FLOW)
+        self.gate = tmp_path / "gate"
+        self.release(0)
+        rows = write_jsonl(tmp_path / "rows.jsonl", [{"user_prompt": f"q{i}"} for i in range(40)])
+        self.results = out / "results.jsonl"
+        env = subprocess_env(
+            PYTHONPATH=os.pathsep.join([str(tmp_path), subprocess_env()["PYTHONPATH"]])
+        )
+        command = [sys.executable, "-m", "osmosis_run", "eval", str(rows), "-w", "gated_flow:Gated"]
+        command += ["-g", "gated_flow:Pass", "-c", "2", "--out", str(out)]
+        self.process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE)
+
+    def release(self, count: int) -> None:
+        """Let rows q0 .. q(count-1) finish (the file is replaced whole, never read half-made)."""
+        temporary = self.gate.with_suffix(".tmp")
+        temporary.write_text(str(count))
+        os.replace(temporary, self.gate)
+
+    def written(self) -> int:
+        return len(self.results.read_bytes().splitlines()) if self.results.exists() else 0
+
+    def wait_written(self, count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while self.written() < count:
+            assert self.process.poll() is None, self.process.communicate()[1].decode()
+            assert time.monotonic() < deadline, f"{self.written()} of {count} results written"
+            time.sleep(0.02)
+
+    def finish(self) -> None:
+        self.release(40)
+        _, err = self.process.communicate(timeout=60)
+        assert self.process.returncode == 0, err.decode()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
 def test_a_run_being_written_is_followed_live(tmp_path: Path) -> None:
-    (tmp_path / "slow_flow.py").write_text(SLOW_FLOW)
-    rows = write_jsonl(tmp_path / "rows.jsonl", [{"user_prompt": f"q{i}"} for i in range(40)])
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
-    env = subprocess_env(
-        PYTHONPATH=os.pathsep.join([str(tmp_path), subprocess_env()["PYTHONPATH"]])
-    )
     with start_view([str(runs_dir)]) as running:
         assert running.get_json("/api/runs")["runs"] == []
-        command = [sys.executable, "-m", "osmosis_run", "eval", str(rows), "-w", "slow_flow:Slow"]
-        command += ["-g", "slow_flow:Pass", "-c", "2", "--out", str(runs_dir / "live")]
-        evaluating = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE)
-        seen: list[tuple[str, int, int | None]] = []
-        deadline = time.monotonic() + 60
-        while evaluating.poll() is None and time.monotonic() < deadline:
-            listed = running.get_json("/api/runs")["runs"]
-            if listed:
-                run = listed[0]
-                seen.append((run["state"], run["rollouts"], run["planned"]))
-                results = runs_dir / "live/results.jsonl"  # made a moment after the run
-                on_disk = len(results.read_bytes().splitlines()) if results.exists() else 0
-                page = running.get_json("/api/runs/live/rollouts?limit=500")
-                assert page["total"] >= on_disk - 2  # never behind by more than a moment
-            time.sleep(0.2)
-        _, err = evaluating.communicate(timeout=60)
-        assert evaluating.returncode == 0, err.decode()
-        running_counts = [done for state, done, _ in seen if state == "running"]
-        assert len(set(running_counts)) >= 3, seen  # the counts moved while it ran
-        # What the invocation planned, once it has said so (it takes the lock a moment before).
-        assert {planned for state, _, planned in seen if state == "running" and planned} == {40}
+        evaluating = GatedEval(tmp_path, runs_dir / "live")
+        try:
+            deadline = time.monotonic() + 30
+            while not running.get_json("/api/runs")["runs"]:
+                assert time.monotonic() < deadline, "the run was never listed"
+                time.sleep(0.05)
+            for released in (2, 6, 13):
+                evaluating.release(released)
+                evaluating.wait_written(released)
+                # Within 2 s of its results line, a rollout is listed and counted.
+                deadline = time.monotonic() + 2
+                while True:
+                    run = running.get_json("/api/runs")["runs"][0]
+                    total = running.get_json("/api/runs/live/rollouts?limit=500")["total"]
+                    if run["rollouts"] >= released and total >= released:
+                        break
+                    assert time.monotonic() < deadline, (run, total, released)
+                    time.sleep(0.05)
+                # What the invocation planned (it says so a moment after it takes the lock).
+                assert (run["state"], run["rollouts"], run["planned"]) == ("running", released, 40)
+            evaluating.finish()
+        finally:
+            evaluating.kill()
         final = running.get_json("/api/runs")["runs"][0]
         assert (final["state"], final["rollouts"], final["planned"]) == ("finished", 40, 40)
         assert running.get_json("/api/runs/live/rollouts?limit=500")["total"] == 40

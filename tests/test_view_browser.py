@@ -9,7 +9,6 @@ saying why, when either is missing).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import subprocess_env, write_jsonl
+from conftest import subprocess_env
 from test_html_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -28,7 +27,7 @@ from test_html_browser import (
     Opened,
 )
 from test_html_report import ID_PAYLOAD, PAYLOAD, Runs, make_runs, shown_as_compare_prints
-from test_view import SLOW_FLOW
+from test_view import GatedEval
 from viewing import Viewing, start_view
 
 if TYPE_CHECKING:
@@ -280,44 +279,26 @@ def test_traversal_and_symlinks_are_refused(view: Viewing, browser: Browser, run
 
 
 def test_a_rollout_appears_while_a_real_eval_writes_the_run(tmp_path: Path, opened: Open) -> None:
-    (tmp_path / "slow_flow.py").write_text(SLOW_FLOW)
-    rows = write_jsonl(tmp_path / "rows.jsonl", [{"user_prompt": f"q{i}"} for i in range(40)])
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
-    env = subprocess_env(
-        PYTHONPATH=os.pathsep.join([str(tmp_path), subprocess_env()["PYTHONPATH"]])
-    )
     with start_view([str(runs_dir)]) as running:
-        command = [sys.executable, "-m", "osmosis_run", "eval", str(rows), "-w", "slow_flow:Slow"]
-        command += ["-g", "slow_flow:Pass", "-c", "2", "--out", str(runs_dir / "live")]
-        evaluating = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE)
+        evaluating = GatedEval(tmp_path, runs_dir / "live")
         try:
-            results = runs_dir / "live" / "results.jsonl"
             deadline = time.monotonic() + 30
-            while not results.exists() and time.monotonic() < deadline:
+            while not evaluating.results.exists():
+                assert time.monotonic() < deadline, "the run never made its results file"
                 time.sleep(0.05)
             seen = opened(running.base + "/runs/live")
             page = seen.page
             assert page.inner_text("[data-state]") == "running"
-            checked = 0
-            while evaluating.poll() is None and checked < 5:
-                written = len(results.read_bytes().splitlines())
-                if written >= 40:
-                    break
+            for released in (2, 6, 13):
+                evaluating.release(released)
+                evaluating.wait_written(released)
                 # Within 2 s of its results line, a rollout is in the table and the counts.
-                wait_until(
-                    page,
-                    f"Number(document.querySelector('#rollouts .count').textContent.replace(/,/g, '')) >= {written}",
-                    2,
-                )
-                checked += 1
-                time.sleep(0.3)
-            assert checked >= 2
-            _, err = evaluating.communicate(timeout=60)
-            assert evaluating.returncode == 0, err.decode()
+                count = "document.querySelector('#rollouts .count').textContent.replace(/,/g, '')"
+                wait_until(page, f"{count} === '{released}'", 2)
+            evaluating.finish()
             wait_until(page, "document.querySelector('#rollouts .count').textContent === '40'", 3)
             wait_until(page, "document.querySelector('[data-state]').textContent === 'finished'", 3)
         finally:
-            if evaluating.poll() is None:
-                evaluating.kill()
-                evaluating.communicate()
+            evaluating.kill()
