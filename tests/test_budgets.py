@@ -110,6 +110,7 @@ def exactly_once(
 # -- the time limit ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_time_limit_stops_a_real_process_with_124_and_the_same_command_resumes(
     tmp_path: Path, data: Path
 ) -> None:
@@ -146,6 +147,7 @@ def test_the_time_limit_stops_a_real_process_with_124_and_the_same_command_resum
 
 
 @pytest.mark.parametrize("source", ["config", "environment"])
+@pytest.mark.slow
 def test_the_time_limit_from_a_config_file_or_the_environment(
     cli: Cli,
     data: Path,
@@ -172,6 +174,7 @@ def test_the_time_limit_from_a_config_file_or_the_environment(
     exactly_once(tmp_path / "run", ROWS, log, kept)
 
 
+@pytest.mark.slow
 def test_the_time_limit_with_worker_processes(data: Path, tmp_path: Path) -> None:
     # As the worker-process tests run it: a real osmosis-run process, its workers its children.
     command = [sys.executable, "-m", "osmosis_run", "eval", str(data), *SLOW, "-c", "2"]
@@ -193,6 +196,7 @@ def test_the_time_limit_with_worker_processes(data: Path, tmp_path: Path) -> Non
     exactly_once(tmp_path / "run", ROWS)
 
 
+@pytest.mark.slow
 def test_grade_takes_a_time_limit_too(cli: Cli, data: Path, tmp_path: Path, log: Path) -> None:
     result = cli("eval", str(data), "-w", "budget_flows:Slow", "-c", "8", "--out", "source")
     assert result.exit_code == 0, result.stderr
@@ -229,6 +233,7 @@ def model_run(cli: Cli, data: Path, up: Upstream, *extra: str) -> Result:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_max_tokens_stops_the_run_once_the_gateway_counted_them(
     cli: Cli, data: Path, tmp_path: Path, up: Upstream
 ) -> None:
@@ -247,6 +252,7 @@ def test_max_tokens_stops_the_run_once_the_gateway_counted_them(
     exactly_once(tmp_path / "run", ROWS)
 
 
+@pytest.mark.slow
 def test_max_cost_stops_the_run_at_the_price_given(
     cli: Cli, data: Path, tmp_path: Path, up: Upstream
 ) -> None:

@@ -633,7 +633,7 @@ def test_dry_run_reads_every_row_and_runs_nothing(cli: Cli, tmp_path: Path) -> N
     data = write_jsonl(tmp_path / "d.jsonl", [*qa_rows(2), "not json"])
     result = eval_(cli, data, "--dry-run")
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == f"{data}: 3 rows, 1 invalid"
+    assert result.stdout.splitlines()[-1] == f"{data}: 3 rows, 1 invalid"
     assert not (tmp_path / "run").exists()
 
 

@@ -1,17 +1,15 @@
-"""Every command and option of the app has help text, and the README mentions each of them."""
+"""Every command and option of the app has help text (tests/test_docs_reference.py holds the
+reference pages to naming each of them)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import typer.main
 
 from osmosis_run.cli import app
-
-README = Path(__file__).resolve().parent.parent / "README.md"
 
 # typer may bring its own copy of click, so the tree is walked by duck typing, not isinstance.
 Command = Any
@@ -59,20 +57,6 @@ def test_every_command_and_option_has_help() -> None:
             if not (getattr(param, "help", None) or "").strip():
                 missing.append(f"{path} {param_name(param)}")
     assert missing == [], f"these have no help text: {', '.join(missing)}"
-
-
-def test_readme_mentions_every_command_and_long_option() -> None:
-    readme = README.read_text(encoding="utf-8")
-    wanted: set[str] = set()
-    for path, command in commands()[1:]:
-        wanted.add(path)  # "osmosis-run eval": each command shown being used
-        for param in command.params:
-            wanted.update(long_names(param))
-    missing = sorted(name for name in wanted if not mentioned(name, readme))
-    assert missing == [], (
-        "README.md does not mention these commands or options; document them "
-        f"(the README is the user's manual): {', '.join(missing)}"
-    )
 
 
 # The middle of each message is click's own wording, which varies between typer versions.

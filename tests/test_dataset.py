@@ -27,6 +27,8 @@ from osmosis_run.run.selection import Selection, count_planned
 
 Cli = Callable[..., Result]
 ECHO = ["--workflow", "eval_flows:Echo", "--grader", "eval_flows:ExactMatch"]
+# What validate says it loaded, given ECHO: its first lines on stdout.
+LOADED = ["workflow  eval_flows:Echo (loaded)", "grader    eval_flows:ExactMatch (loaded)"]
 GOOD = {"id": "good", "prompt": "p", "ground_truth": "p"}
 SURROGATE = "text must be valid Unicode"
 TOO_DEEP = f"nested deeper than {MAX_NESTING} levels of objects and arrays; flatten the row"
@@ -125,7 +127,8 @@ def test_validate_finds_exactly_the_rows_eval_marks_invalid(cli: Cli, tmp_path: 
     ]
     checked = cli("validate", "d.jsonl", *ECHO)
     assert checked.exit_code == 2
-    assert checked.stderr.splitlines() == [
+    assert checked.stdout.splitlines() == [
+        *LOADED,
         *expected,
         f"d.jsonl: {len(lines)} rows, {len(BAD_ROWS)} invalid",
     ]
@@ -328,9 +331,11 @@ def test_a_fifo_dataset_validates(cli: Cli, tmp_path: Path) -> None:
     with feeding(fifo, data):
         result = cli("validate", "rows.fifo", *ECHO)
     assert result.exit_code == 2
-    assert result.stderr == (
-        "rows.fifo:4: a row must be a JSON object (got array)\nrows.fifo: 4 rows, 1 invalid\n"
-    )
+    assert result.stdout.splitlines() == [
+        *LOADED,
+        "rows.fifo:4: a row must be a JSON object (got array)",
+        "rows.fifo: 4 rows, 1 invalid",
+    ]
 
 
 @pytest.mark.parametrize("command", ["eval", "validate"])

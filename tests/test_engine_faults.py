@@ -130,6 +130,7 @@ def test_a_rollout_that_returns_after_its_deadline_is_a_timeout(cli: Cli, tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_a_rollout_that_swallows_cancellation_is_abandoned_as_a_timeout(
     cli: Cli, tmp_path: Path
 ) -> None:
@@ -312,6 +313,7 @@ def test_rows_from_a_live_stdin_start_as_they_arrive_and_ctrl_c_is_immediate(
     assert summary_of(tmp_path / "run")["interrupted"] is True
 
 
+@pytest.mark.slow
 def test_the_first_ctrl_c_ends_a_run_whose_rollouts_ignore_cancellation(tmp_path: Path) -> None:
     data = write_jsonl(
         tmp_path / "d.jsonl", [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y"}]

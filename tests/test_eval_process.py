@@ -178,6 +178,7 @@ def test_a_workflow_calling_a_real_http_model_server_keeps_the_key_secret(tmp_pa
     assert os.environ.get("OSMOSIS_API_KEY") != key
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_a_live_progress_bar_and_a_pipe_gets_plain_lines(tmp_path: Path) -> None:
     import pty
 

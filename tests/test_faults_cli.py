@@ -432,6 +432,7 @@ def test_an_html_report_onto_a_directory_leaves_no_temporary_file(cli: Cli, tmp_
 # -- a workflow's os.fork() child does not keep the run locked ---------------------------------
 
 
+@pytest.mark.slow
 def test_a_forked_child_does_not_hold_the_run_directory(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(3))
     record = tmp_path / "child.pid"
@@ -465,6 +466,7 @@ def test_a_forked_child_does_not_hold_the_run_directory(tmp_path: Path) -> None:
 # -- the human channel ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_closed_stderr_does_not_fail_the_run(tmp_path: Path) -> None:
     data = write_jsonl(tmp_path / "d.jsonl", qa_rows(20, metadata={"sleep": 0.1}))
     proc = subprocess.Popen(

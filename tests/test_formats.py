@@ -28,6 +28,9 @@ from osmosis_run.run.selection import Selection, count_planned
 
 Cli = Callable[..., Result]
 ECHO = ["--workflow", "eval_flows:Echo", "--grader", "eval_flows:ExactMatch"]
+# What validate says it loaded, given ECHO: its first lines on stdout.
+LOADED = ["workflow  eval_flows:Echo (loaded)", "grader    eval_flows:ExactMatch (loaded)"]
+LOADED_TEXT = "".join(line + "\n" for line in LOADED)
 COLUMNS = ["id", "system_prompt", "user_prompt", "prompt", "ground_truth", "label", "metadata"]
 
 # Every row shape and outcome the formats must agree on: graded right and wrong, ungraded,
@@ -301,7 +304,8 @@ def test_a_jsonl_file_of_broken_rows_is_still_read_row_by_row(cli: Cli, tmp_path
     write_jsonl(tmp_path / "d.jsonl", ['{"id": "broken", ', "[1, 2]", "[]", "just text", ROWS[0]])
     result = cli("validate", "d.jsonl", *ECHO)
     assert result.exit_code == 2
-    assert result.stderr.splitlines() == [
+    assert result.stdout.splitlines() == [
+        *LOADED,
         "d.jsonl:1: invalid JSON: Expecting property name enclosed in double quotes (column 17)",
         "d.jsonl:2: a row must be a JSON object (got array)",
         "d.jsonl:3: a row must be a JSON object (got array)",
@@ -389,7 +393,7 @@ def test_every_bad_csv_row_is_named_by_row_and_line(cli: Cli, tmp_path: Path) ->
         'd.csv: row 8 (line 11): no prompt and no metadata: give "user_prompt" (or "prompt", '
         '"messages") or a non-empty "metadata"',
     ]
-    assert checked.stderr.splitlines() == [*problems, "d.csv: 9 rows, 6 invalid"]
+    assert checked.stdout.splitlines() == [*LOADED, *problems, "d.csv: 9 rows, 6 invalid"]
     ran = cli("eval", "d.csv", *ECHO, "--out", "run", "--max-error-rate", "100%")
     assert ran.exit_code == 0, ran.stderr
     lines = sorted(results(tmp_path / "run"), key=lambda r: r.line)
@@ -422,7 +426,8 @@ def test_every_bad_parquet_row_is_named_by_its_row(cli: Cli, tmp_path: Path) -> 
     pq.write_table(table, tmp_path / "d.parquet")
     checked = cli("validate", "d.parquet", *ECHO)
     assert checked.exit_code == 2
-    assert checked.stderr.splitlines() == [
+    assert checked.stdout.splitlines() == [
+        *LOADED,
         'd.parquet: row 2: no prompt and no metadata: give "user_prompt" (or "prompt", '
         '"messages") or a non-empty "metadata"',
         'd.parquet: row 3: duplicate id "1" (first in row 1)',
@@ -645,15 +650,15 @@ def test_an_empty_table_has_no_rows(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "d.csv").write_bytes(b"user_prompt,ground_truth\n")
     pq.write_table(pa.table({"user_prompt": pa.array([], pa.string())}), tmp_path / "d.parquet")
     checked = cli("validate", "d.csv", *ECHO)
-    assert (checked.exit_code, checked.stderr) == (
+    assert (checked.exit_code, checked.stdout) == (
         2,
-        "d.csv: no rows; a CSV dataset holds a header line, then one row per line\n"
+        LOADED_TEXT + "d.csv: no rows; a CSV dataset holds a header line, then one row per line\n"
         "d.csv: 0 rows, 0 invalid\n",
     )
     checked = cli("validate", "d.parquet", *ECHO)
-    assert (checked.exit_code, checked.stderr) == (
+    assert (checked.exit_code, checked.stdout) == (
         2,
-        "d.parquet: no rows; a Parquet dataset holds one row per table row\n"
+        LOADED_TEXT + "d.parquet: no rows; a Parquet dataset holds one row per table row\n"
         "d.parquet: 0 rows, 0 invalid\n",
     )
 

@@ -74,6 +74,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_the_rollout_view_shows_what_the_model_saw(report: Path, browser: Any) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []

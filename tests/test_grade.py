@@ -160,8 +160,8 @@ def test_compare_on_the_pair_reports_the_grader_change(cli: Cli, source: Path) -
 
     result = cli("compare", "src", "new")
 
-    assert result.exit_code == 0
-    lines = stderr_lines(result)
+    assert (result.exit_code, result.stderr) == (0, "")
+    lines = result.stdout.splitlines()
     assert lines[1:] == [
         "                 A      B   B - A            95% CI",
         "mean reward  0.200  0.450  +0.250  [+0.000, +0.650]",

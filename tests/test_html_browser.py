@@ -325,6 +325,7 @@ def test_the_hash_opens_a_rollout(opened: Any, report: Path) -> None:
 
 
 @pytest.mark.parametrize("bypass_csp", [True, False], ids=["page-code-alone", "with-csp"])
+@pytest.mark.slow
 def test_payloads_from_the_dataset_stay_text(opened: Any, report: Path, bypass_csp: bool) -> None:
     view = opened(report, bypass_csp=bypass_csp)
     page = view.page

@@ -87,7 +87,14 @@ def test_the_project_validates_clean(cli: Cli, tmp_path: Path) -> None:
     assert cli("init", "demo").exit_code == 0
     checked = cli("validate", "--config", "demo/eval.toml")
     assert checked.exit_code == 0
-    assert checked.stderr == "demo/dataset.jsonl: 10 rows, 0 invalid\n"
+    assert (checked.stdout, checked.stderr) == (
+        "config file      demo/eval.toml (read)\n"
+        "workflow         demo_rollout:DemoWorkflow (loaded)\n"
+        "workflow config  demo_rollout:config, answer_prefix from [workflow_config] (loaded)\n"
+        "grader           demo_rollout:DemoGrader (loaded)\n"
+        "demo/dataset.jsonl: 10 rows, 0 invalid\n",
+        "",
+    )
 
 
 @pytest.mark.slow

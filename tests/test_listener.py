@@ -313,6 +313,7 @@ def _limited(tmp_path: Path, limits: Limits, **options: Any) -> Any:
     return serve_app(app, http=UvicornProtocol.limited(limits), **options)
 
 
+@pytest.mark.slow
 def test_a_request_that_does_not_arrive_in_time_is_a_408(tmp_path: Path) -> None:
     limits = Limits(head_timeout_s=0.5, body_timeout_s=0.5)
     with _limited(tmp_path, limits, timeout_keep_alive=60) as served:

@@ -202,6 +202,7 @@ def test_with_jsonl_stdout_carries_results_lines_only(tmp_path: Path) -> None:
     assert "and a write to file descriptor 1" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_local_run_resumes_on_processes(tmp_path: Path) -> None:
     """The backend is not part of the fingerprint: a run cut short locally (its last three
     results lines lost, as a kill loses them) resumes on workers."""
@@ -220,6 +221,7 @@ def test_a_local_run_resumes_on_processes(tmp_path: Path) -> None:
     assert sum(line.metrics["pid"] != local_pid for line in lines.values()) == 3
 
 
+@pytest.mark.slow
 def test_model_calls_from_the_workers_go_through_the_gateway(tmp_path: Path) -> None:
     """The gateway works from every worker: each rollout is handed its URL and the run's key;
     calls are counted, recorded beside their rollout, and the provider key is in no file."""

@@ -28,8 +28,11 @@ Cli = Callable[..., Result]
 ECHO = ["--workflow", "eval_flows:Echo", "--grader", "eval_flows:ExactMatch"]
 
 
-def stderr_lines(result: Result) -> list[str]:
-    return [text.rstrip() for text in result.stderr.splitlines()]
+def report_lines(result: Result) -> list[str]:
+    """The text report (stdout): no line ends in a space."""
+    lines = result.stdout.splitlines()
+    assert [text for text in lines if text != text.rstrip()] == []
+    return lines
 
 
 def squash(text: str) -> str:
@@ -70,8 +73,8 @@ def test_report_of_a_real_finished_run(cli: Cli, tmp_path: Path) -> None:
     result = cli("report", "run")
 
     assert result.exit_code == 0
-    assert result.stdout == ""
-    lines = stderr_lines(result)
+    assert result.stderr == "osmosis-run: one rollout in full: osmosis-run show run q1.s0\n"
+    lines = report_lines(result)
     assert lines[0] == "osmosis-run: finished run"
     assert lines[1].split() == ["rollouts", "6", "of", "6:", "6", "success"]
     assert "failures: 0 rollouts" not in lines
@@ -96,7 +99,6 @@ def test_report_of_a_real_finished_run(cli: Cli, tmp_path: Path) -> None:
         "q1.s0 0.000 x p1",
         "q3.s0 0.000 x p3",
         "q5.s0 0.000 x p5",
-        "osmosis-run: one rollout in full: osmosis-run show run q1.s0",
     ]
 
 
@@ -126,7 +128,7 @@ def test_failures_are_grouped_by_category_and_message(cli: Cli, tmp_path: Path) 
     result = cli("report", "run")
 
     assert result.exit_code == 0
-    lines = stderr_lines(result)
+    lines = report_lines(result)
     assert lines[0] == "osmosis-run: finished run"
     assert after(lines, "failures: 3 rollouts") == [
         "failures: 3 rollouts",
@@ -148,8 +150,8 @@ def test_failures_are_grouped_by_category_and_message(cli: Cli, tmp_path: Path) 
         "lowest rewards (below the pass threshold 1)",
         "rollout  reward  label  answer",
         "b.s0      0.000  -      -",
-        "osmosis-run: one rollout in full: osmosis-run show run b.s0",
     ]
+    assert result.stderr == "osmosis-run: one rollout in full: osmosis-run show run b.s0\n"
 
 
 def test_top_limits_the_slowest_rollouts(cli: Cli, tmp_path: Path) -> None:
@@ -170,7 +172,7 @@ def test_the_failure_list_is_capped(cli: Cli, tmp_path: Path) -> None:
     document = json.loads(cli("report", "run", "--json").stdout)
 
     assert result.exit_code == 0
-    assert after(stderr_lines(result), "failures: 44 rollouts")[:11] == [
+    assert after(report_lines(result), "failures: 44 rollouts")[:11] == [
         "failures: 44 rollouts",
         "  agent_error: 44",
         "    30x boom",
@@ -183,7 +185,7 @@ def test_the_failure_list_is_capped(cli: Cli, tmp_path: Path) -> None:
         "       u2.s0",
         "    1x unique 3",
     ]
-    assert "    ... and 5 other messages" in stderr_lines(result)
+    assert "    ... and 5 other messages" in report_lines(result)
     [category] = document["failures"]
     assert (category["count"], len(category["groups"]), category["more_messages"]) == (44, 10, 5)
     assert category["groups"][0]["rollout_ids"] == [f"same{i}.s0" for i in range(10)]
@@ -197,10 +199,13 @@ def test_report_of_an_interrupted_run(cli: Cli, tmp_path: Path) -> None:
     result = cli("report", "run")
 
     assert result.exit_code == 0
-    lines_out = stderr_lines(result)
+    lines_out = report_lines(result)
     assert lines_out[0] == "osmosis-run: interrupted run"
     assert squash(lines_out[1]) == "rollouts 3 of 10: 1 failure, 2 success"
-    assert "osmosis-run: the run was interrupted; re-run its eval command to resume it" in lines_out
+    assert result.stderr == (
+        "osmosis-run: the run was interrupted; re-run its eval command to resume it\n"
+        "osmosis-run: one rollout in full: osmosis-run show run b.s0\n"
+    )
     document = json.loads(cli("report", "run", "--json").stdout)
     assert document["state"] == "interrupted"
     summary = Summary.model_validate(document["summary"])
@@ -219,11 +224,11 @@ def test_report_of_a_run_still_going(cli: Cli, tmp_path: Path) -> None:
     result = cli("report", "run")
 
     assert result.exit_code == 0
-    assert stderr_lines(result)[0] == "osmosis-run: incomplete run"
-    assert (
+    assert report_lines(result)[0] == "osmosis-run: incomplete run"
+    assert result.stderr == (
         "osmosis-run: no summary.json yet: the run is still going, or was killed "
-        "(re-run its eval command to resume it)"
-    ) in stderr_lines(result)
+        "(re-run its eval command to resume it)\n"
+    )
     assert json.loads(cli("report", "run", "--json").stdout)["state"] == "incomplete"
 
 
@@ -234,7 +239,7 @@ def test_group_by_breaks_the_summary_down(cli: Cli, tmp_path: Path) -> None:
     document = json.loads(cli("report", "run", "--group-by", "metadata.op", "--json").stdout)
 
     assert result.exit_code == 0
-    groups = [squash(text) for text in stderr_lines(result) if text.startswith("metadata.")]
+    groups = [squash(text) for text in report_lines(result) if text.startswith("metadata.")]
     assert groups == [
         "metadata.op=(none) 1 rollout mean 0.000 pass 0.0% errors 1",
         "metadata.op=add 2 rollouts mean 0.500 pass 50.0% errors 0",
@@ -329,8 +334,9 @@ def test_an_unwritable_junit_path_is_a_usage_error(cli: Cli, tmp_path: Path) -> 
     result = cli("report", "run", "--junit", "blocker/junit.xml")
 
     assert result.exit_code == 2
-    assert stderr_lines(result)[-1] == (
-        "error: cannot write JUnit report blocker/junit.xml: File exists; choose another path"
+    assert (result.stdout, result.stderr) == (
+        "",
+        "error: cannot write JUnit report blocker/junit.xml: File exists; choose another path\n",
     )
 
 
@@ -483,4 +489,4 @@ def test_lowest_rewards_are_the_graded_rollouts_below_the_threshold(
         ("c.s0", None),
         ("a.s0", "a"),
     ]
-    assert not any(text.startswith("lowest rewards") for text in stderr_lines(hidden))
+    assert not any(text.startswith("lowest rewards") for text in report_lines(hidden))

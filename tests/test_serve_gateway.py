@@ -120,6 +120,7 @@ def _gateway_line(up: Upstream) -> str:
 
 
 @pytest.mark.parametrize("workers", [(), ("--workers", "2")], ids=["in-process", "workers"])
+@pytest.mark.slow
 def test_served_rollouts_call_the_gateway_counted_recorded_and_redacted(
     serve: Callable[..., Process], up: Upstream, tmp_path: Path, workers: tuple[str, ...]
 ) -> None:
@@ -218,6 +219,7 @@ def test_without_an_endpoint_a_rollout_keeps_the_url_its_caller_sent(
     assert CALLER_KEY not in _written(out)
 
 
+@pytest.mark.slow
 def test_rpm_paces_the_served_rollouts_calls(
     serve: Callable[..., Process], up: Upstream, tmp_path: Path
 ) -> None:

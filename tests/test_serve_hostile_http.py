@@ -253,6 +253,7 @@ def _exchange(sock: socket.socket, request: bytes) -> dict[str, Any]:
     return answer
 
 
+@pytest.mark.slow
 def test_idle_connections_are_closed_after_the_keep_alive_but_not_a_long_poll(
     tmp_path: Path,
 ) -> None:

@@ -289,6 +289,7 @@ def test_json_a_run_directory_cannot_hold_is_refused_naming_the_field(
     assert [x["rollout_id"] for x in server.lines()] == ["fine"]
 
 
+@pytest.mark.slow
 def test_a_restarted_server_knows_what_its_run_directory_recorded(
     serve: Callable[..., Serve], tmp_path: Path
 ) -> None:

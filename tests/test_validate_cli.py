@@ -27,6 +27,10 @@ FLOWS = [
     "--grader",
     "eval_flows:ExactMatch",
 ]
+# What validate says it loaded, given FLOWS (on stdout, before the problems and the count).
+LOADED = (
+    "workflow  test_validate_cli:SideEffect (loaded)\ngrader    eval_flows:ExactMatch (loaded)\n"
+)
 
 
 class SideEffect(AgentWorkflow[AgentWorkflowConfig]):
@@ -71,8 +75,8 @@ def test_every_bad_row_is_reported_with_its_line_and_nothing_runs(
     write_jsonl(tmp_path / "data.jsonl", BAD_ROWS)
     result = cli("validate", "data.jsonl", *FLOWS)
     assert result.exit_code == 2
-    assert result.stdout == ""
-    assert result.stderr == (
+    assert result.stderr == ""
+    assert result.stdout == LOADED + (
         "data.jsonl:2: invalid JSON: Expecting property name enclosed in double quotes "
         "(column 2)\n"
         "data.jsonl:3: a row must be a JSON object (got array)\n"
@@ -92,7 +96,7 @@ def test_a_clean_dataset_passes(cli: Cli, tmp_path: Path, marker: Path) -> None:
     write_jsonl(tmp_path / "data.jsonl", [{"id": i, "prompt": "p", "label": 1} for i in range(3)])
     result = cli("validate", "data.jsonl", *FLOWS)
     assert result.exit_code == 0
-    assert result.stderr == "data.jsonl: 3 rows, 0 invalid\n"
+    assert (result.stdout, result.stderr) == (LOADED + "data.jsonl: 3 rows, 0 invalid\n", "")
     assert nothing_written(tmp_path, marker)
     # The control: eval, given the same arguments, does run the workflow.
     assert cli("eval", "data.jsonl", *FLOWS).exit_code == 0
@@ -102,13 +106,13 @@ def test_a_clean_dataset_passes(cli: Cli, tmp_path: Path, marker: Path) -> None:
 def test_one_row(cli: Cli, tmp_path: Path) -> None:
     write_jsonl(tmp_path / "data.jsonl", [{"prompt": "p"}])
     result = cli("validate", "data.jsonl", *FLOWS)
-    assert (result.exit_code, result.stderr) == (0, "data.jsonl: 1 row, 0 invalid\n")
+    assert (result.exit_code, result.stdout) == (0, LOADED + "data.jsonl: 1 row, 0 invalid\n")
 
 
 def test_stdin_rows_are_named_stdin(cli: Cli, marker: Path, tmp_path: Path) -> None:
     result = cli("validate", "-", *FLOWS, input='{"prompt": "p"}\n\n[]\n')
     assert result.exit_code == 2
-    assert result.stderr == (
+    assert result.stdout == LOADED + (
         "<stdin>:3: a row must be a JSON object (got array)\n<stdin>: 2 rows, 1 invalid\n"
     )
     assert nothing_written(tmp_path, marker)
@@ -118,7 +122,7 @@ def test_the_printed_list_is_capped(cli: Cli, tmp_path: Path) -> None:
     write_jsonl(tmp_path / "data.jsonl", ["[]"] * 60 + [{"prompt": "p"}])
     result = cli("validate", "data.jsonl", *FLOWS)
     assert result.exit_code == 2
-    lines = result.stderr.splitlines()
+    lines = result.stdout.splitlines()[2:]
     assert lines[:50] == [
         f"data.jsonl:{n}: a row must be a JSON object (got array)" for n in range(1, 51)
     ]
@@ -129,7 +133,7 @@ def test_an_empty_dataset_is_a_problem(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "data.jsonl").write_text("\n\n")
     result = cli("validate", "data.jsonl", *FLOWS)
     assert result.exit_code == 2
-    assert result.stderr == (
+    assert result.stdout == LOADED + (
         "data.jsonl: no rows; a dataset holds one JSON object per line\n"
         "data.jsonl: 0 rows, 0 invalid\n"
     )
@@ -139,7 +143,7 @@ def test_selection_sets_the_rollout_count_but_every_row_is_read(cli: Cli, tmp_pa
     write_jsonl(tmp_path / "data.jsonl", [{"id": f"r{i}", "prompt": "p"} for i in range(5)] + ["x"])
     result = cli("validate", "data.jsonl", *FLOWS, "--limit", "2", "-n", "3")
     assert result.exit_code == 2
-    assert result.stderr == (
+    assert result.stdout == LOADED + (
         "data.jsonl:6: invalid JSON: Expecting value (column 1)\n"
         "data.jsonl: 6 rows, 1 invalid; selected 2 rows x 3 samples = 6 rollouts\n"
     )
@@ -149,7 +153,7 @@ def test_ids_that_match_no_row_are_problems(cli: Cli, tmp_path: Path) -> None:
     write_jsonl(tmp_path / "data.jsonl", [{"id": f"r{i}", "prompt": "p"} for i in range(3)])
     result = cli("validate", "data.jsonl", *FLOWS, "--ids", "r1,zz,r2,aa")
     assert result.exit_code == 2
-    assert result.stderr == (
+    assert result.stdout == LOADED + (
         'data.jsonl: --ids: no row has the id "aa"\n'
         'data.jsonl: --ids: no row has the id "zz"\n'
         "data.jsonl: 3 rows, 0 invalid; selected 2 rows x 1 sample = 2 rollouts\n"
@@ -225,7 +229,11 @@ def test_a_config_file_is_read_as_eval_reads_it(cli: Cli, tmp_path: Path) -> Non
     )
     result = cli("validate", "--config", "conf/eval.toml")
     assert result.exit_code == 2
-    assert result.stderr == (
+    assert result.stdout == (
+        "config file      conf/eval.toml (read)\n"
+        "workflow         eval_flows:Echo (loaded)\n"
+        "workflow config  eval_flows:two_at_once, description from [workflow_config] (loaded)\n"
+        "grader           none: rollouts are not graded\n"
         "conf/data.jsonl:2: a row must be a JSON object (got array)\n"
         "conf/data.jsonl: 2 rows, 1 invalid\n"
     )
@@ -294,14 +302,14 @@ def test_the_library_raises_loading_errors(tmp_path: Path) -> None:
 def test_a_byte_order_mark_is_not_a_problem(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "data.jsonl").write_text('{"prompt": "p"}\n', encoding="utf-8-sig")
     result = cli("validate", "data.jsonl", *FLOWS)
-    assert (result.exit_code, result.stderr) == (0, "data.jsonl: 1 row, 0 invalid\n")
+    assert (result.exit_code, result.stdout) == (0, LOADED + "data.jsonl: 1 row, 0 invalid\n")
 
 
 def test_an_empty_prompt_is_a_problem(cli: Cli, tmp_path: Path) -> None:
     write_jsonl(tmp_path / "data.jsonl", [{"prompt": ""}, {"prompt": None}])
     result = cli("validate", "data.jsonl", *FLOWS)
     assert result.exit_code == 2
-    assert result.stderr == (
+    assert result.stdout == LOADED + (
         'data.jsonl:1: "prompt" must not be empty\n'
         'data.jsonl:2: "prompt" must be a string or a list of chat messages (got null)\n'
         "data.jsonl: 2 rows, 2 invalid\n"

@@ -136,6 +136,7 @@ def test_the_runs_list(view: Viewing, opened: Open, runs: Runs) -> None:
     assert seen.page.title() == "run-b · osmosis-run view"
 
 
+@pytest.mark.slow
 def test_filters_sort_and_a_rollout_have_urls_that_reload_the_same(
     view: Viewing, opened: Open
 ) -> None:
@@ -181,6 +182,7 @@ def test_filters_sort_and_a_rollout_have_urls_that_reload_the_same(
     assert by_reward[0] in {"flip.s0", "easy.s0", "easy.s1", "long.s0", "long.s1", "flip.s1"}
 
 
+@pytest.mark.slow
 def test_search_streams_hits_and_highlights_them(view: Viewing, opened: Open) -> None:
     seen = opened(view.base + "/runs/run-a")
     page = seen.page
@@ -203,6 +205,7 @@ def test_search_streams_hits_and_highlights_them(view: Viewing, opened: Open) ->
     )
 
 
+@pytest.mark.slow
 def test_the_compare_view_shows_compare_json_s_numbers(
     view: Viewing, opened: Open, runs: Runs
 ) -> None:
@@ -237,6 +240,7 @@ def test_the_compare_view_shows_compare_json_s_numbers(
     assert set(shown) == flipped
 
 
+@pytest.mark.slow
 def test_payloads_in_a_run_do_nothing(view: Viewing, opened: Open) -> None:
     for bypass in (False, True):  # and without the page's CSP: its own code keeps them inert
         seen = opened(view.base + "/runs/run-a", bypass_csp=bypass)
@@ -278,6 +282,7 @@ def test_traversal_and_symlinks_are_refused(view: Viewing, browser: Browser, run
         page.close()
 
 
+@pytest.mark.slow
 def test_a_rollout_appears_while_a_real_eval_writes_the_run(tmp_path: Path, opened: Open) -> None:
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()

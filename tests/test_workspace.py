@@ -153,7 +153,7 @@ def test_validate_reads_a_workspace_config_too(cli: Cli, workspace: Path) -> Non
         "--dataset-file", str(workspace / "data" / "rows.jsonl"),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert result.stderr.endswith("rows.jsonl: 1 row, 0 invalid; selected 1 row x 2 samples = "
+    assert result.stdout.endswith("rows.jsonl: 1 row, 0 invalid; selected 1 row x 2 samples = "
                                   "2 rollouts\n")  # fmt: skip
 
 

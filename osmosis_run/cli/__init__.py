@@ -20,6 +20,7 @@ import typer
 import typer.core
 
 from osmosis_run.cli.exit_codes import EXIT_CODES_HELP, INTERRUPTED, STOP_SIGNALS, USAGE
+from osmosis_run.cli.links import with_docs_line
 
 
 def _click_exceptions() -> Any:
@@ -72,10 +73,11 @@ _APP_SETTINGS: dict[str, Any] = {
     "name": "osmosis-run",
     "cls": _Group,
     "help": (
-        "Run Osmosis agent workflows and reward graders over JSONL datasets, in-process, "
-        "and keep graded results plus an artifact tree for every rollout."
+        "Run Osmosis agent workflows and reward graders over datasets (JSONL, CSV or Parquet, "
+        "gzipped or not, or JSONL on stdin) and keep graded results plus an artifact tree for "
+        "every rollout."
     ),
-    "epilog": EXIT_CODES_HELP,
+    "epilog": with_docs_line(EXIT_CODES_HELP, None),
     "no_args_is_help": True,
     # Every command, and every command added later, answers -h as well as --help.
     "context_settings": {"help_option_names": ["-h", "--help"]},
@@ -105,7 +107,7 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    """Run Osmosis agent workflows and reward graders over JSONL datasets."""
+    """Run Osmosis agent workflows and reward graders over datasets, and keep the results."""
 
 
 # Registering a command imports only its module's options, not the library behind it.

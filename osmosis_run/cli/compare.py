@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli import command, exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.results.compare import Comparison
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
 
 def register(app: typer.Typer) -> None:
     """Add the compare command to ``app``."""
-    app.command("compare", epilog=exit_codes.COMPARE_HELP)(compare_command)
+    command.add(app, "compare", compare_command, epilog=exit_codes.COMPARE_HELP)
 
 
 def compare_command(
@@ -51,12 +50,15 @@ def compare_command(
         bool, options.json_output("Print the comparison as one JSON document to stdout.")
     ] = False,
     html: Annotated[
-        Path | None, options.html("Also write a self-contained HTML diff report here.")
+        Path | None, options.html("Write a self-contained HTML diff report here.")
     ] = None,
+    quiet: options.QuietNotices = False,
 ) -> None:
     """Compare run B with run A rollout by rollout: paired deltas, flips, new and fixed errors.
 
-    Deltas (B - A) come with a 95% confidence interval from a seeded bootstrap over rows.
+    Deltas (B - A) come with a 95% confidence interval from a seeded bootstrap over rows. The
+    comparison is text on stdout (--json: one document); with --html the file is the report and
+    stdout gets nothing unless --json asks. Gate verdicts and notices go to stderr.
     """
     raise typer.Exit(
         run_compare(
@@ -69,6 +71,7 @@ def compare_command(
             seed=seed,
             json_output=json_output,
             html=html,
+            quiet=quiet,
         )
     )
 
@@ -84,6 +87,7 @@ def run_compare(
     seed: int,
     json_output: bool,
     html: Path | None,
+    quiet: bool = False,
 ) -> int:
     """Load both runs, compare, render, write the HTML report; return the exit code."""
     from osmosis_run.cli import messages
@@ -102,7 +106,9 @@ def run_compare(
         a, b, metric=metric, resamples=resamples, seed=seed, pass_threshold=pass_threshold
     )
     verdict = None if fail_on_regression is None else regression_verdict(cmp, fail_on_regression)
-    _show(cmp, verdict, json_output=json_output)
+    _show(cmp, verdict, json_output=json_output, text=html is None)
+    if verdict is not None:
+        messages.print_verdicts([verdict])
     if html is not None:
         from osmosis_run.reports.html_report import save_compare_html
 
@@ -111,19 +117,21 @@ def run_compare(
         except OsmosisRunError as exc:
             messages.print_error(exc)
             return exit_codes.USAGE
-        print_written("HTML", html)
+        if not quiet:
+            print_written("HTML", html)
     if verdict is not None and not verdict.held:
         return exit_codes.GATE_FAILED
     return exit_codes.OK
 
 
-def _show(cmp: Comparison, verdict: Verdict | None, *, json_output: bool) -> None:
-    from osmosis_run.cli import messages, tables
+def _show(cmp: Comparison, verdict: Verdict | None, *, json_output: bool, text: bool) -> None:
+    """The comparison on stdout: its JSON document, or (``text``) its tables and lists."""
+    from osmosis_run.cli import streams, tables
     from osmosis_run.results.compare import comparison_json
 
     if json_output:
-        sys.stdout.write(comparison_json(cmp, verdict) + "\n")
-    else:
-        tables.print_comparison(cmp)
-    if verdict is not None:
-        messages.print_verdicts([verdict])
+        with streams.product() as out:
+            out.file.write(comparison_json(cmp, verdict) + "\n")
+    elif text:
+        with streams.product() as out:
+            tables.print_comparison(cmp, out)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
-from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli import command, exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.run.settings import EvalSettings
@@ -26,7 +26,7 @@ def _opt(*names: str, help: str, panel: str = _RUN, **kw: Any) -> Any:  # noqa: 
 
 def register(app: typer.Typer) -> None:
     """Add the eval command to ``app``."""
-    app.command("eval", epilog=exit_codes.EXIT_CODES_HELP)(eval_command)
+    command.add(app, "eval", eval_command, epilog=exit_codes.EXIT_CODES_HELP)
 
 
 def eval_command(
@@ -319,7 +319,10 @@ def eval_command(
         ),
     ] = None,
 ) -> None:
-    """Run a workflow (and grader) over a JSONL dataset and keep graded results.
+    """Run a workflow (and grader) over a JSONL, CSV or Parquet dataset and keep the results.
+
+    DATASET is a file (.jsonl, .csv, .parquet; .jsonl.gz and .csv.gz gzipped), or - for JSONL
+    rows on stdin.
 
     Re-running the same command resumes the run: finished rollouts are skipped.
     """
@@ -349,7 +352,7 @@ def run_eval(values: dict[str, Any], config: Path | None, *, quiet: bool = False
         if settings.after.dry_run:
             from osmosis_run.cli.validate import run_validate
 
-            return run_validate(settings)
+            return run_validate(settings, config=config)
         check_targets(settings.after)
         check_backend_options(settings.execution)
         check_budgets(settings)

@@ -12,16 +12,20 @@ from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 
-from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli import command, exit_codes, options
 
 if TYPE_CHECKING:
     from osmosis_run.backends.regrade import RegradeExecutor
     from osmosis_run.run.plan import Plan
 
 
+# What the options a grade inherits from the source run's run.toml say they default to.
+_INHERITED = "default: the run's own"
+
+
 def register(app: typer.Typer) -> None:
     """Add the grade command to ``app``."""
-    app.command("grade", epilog=exit_codes.EXIT_CODES_HELP)(grade_command)
+    command.add(app, "grade", grade_command, epilog=exit_codes.EXIT_CODES_HELP)
 
 
 def grade_command(
@@ -54,12 +58,16 @@ def grade_command(
         ),
     ] = None,
     jsonl: options.Jsonl = None,
-    group_by: Annotated[str | None, options.group_by("default: the run's own")] = None,
+    group_by: Annotated[str | None, options.group_by(_INHERITED)] = None,
     pass_threshold: Annotated[
-        float | None, options.pass_threshold("default: the run's own", panel=options.GATES)
+        float | None, options.pass_threshold(_INHERITED, panel=options.GATES)
     ] = None,
-    fail_under: options.FailUnder = None,
-    max_error_rate: options.MaxErrorRate = None,
+    fail_under: Annotated[
+        list[str] | None, options.fail_under(_INHERITED, panel=options.GATES)
+    ] = None,
+    max_error_rate: Annotated[
+        str | None, options.max_error_rate(_INHERITED, panel=options.GATES)
+    ] = None,
     time_limit: options.TimeLimit = None,
     html: options.RunHtml = None,
     junit: options.RunJunit = None,
@@ -71,8 +79,9 @@ def grade_command(
     """Grade a run's recorded samples again with another grader; the workflow never runs.
 
     Writes a new run directory (the source is left as it is) with the new rewards; workflow
-    failures stay failures. Re-running the same command resumes it. Then `osmosis-run compare
-    RUN NEW` shows what the grader change did.
+    failures stay failures. The source run's pass threshold and gates (--fail-under,
+    --max-error-rate) hold unless given here. Re-running the same command resumes it. Then
+    `osmosis-run compare RUN NEW` shows what the grader change did.
     """
     values = {
         key: value for key, value in locals().items() if key not in ("run_dir", "verbose", "quiet")

@@ -25,7 +25,7 @@ from typing import Annotated
 
 import typer
 
-from osmosis_run.cli import exit_codes
+from osmosis_run.cli import command, exit_codes
 from osmosis_run.cli.options import opt
 from osmosis_run.errors import ConfigError
 
@@ -47,7 +47,7 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 
 def register(app: typer.Typer) -> None:
     """Add the init command to ``app``."""
-    app.command("init", epilog=exit_codes.INIT_HELP)(init_command)
+    command.add(app, "init", init_command, epilog=exit_codes.INIT_HELP)
 
 
 def init_command(

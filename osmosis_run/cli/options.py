@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from osmosis_run.cli import links
+
 if TYPE_CHECKING:
     from osmosis_run.run.settings import EvalSettings
 
@@ -21,13 +23,19 @@ def opt(*names: str, help: str, panel: str | None = None, **kw: Any) -> Any:  # 
 Dataset = Annotated[
     str | None,
     typer.Argument(
-        help="Dataset file (.jsonl, .jsonl.gz, .csv, .parquet), or - for JSONL rows on stdin.",
+        help="Dataset file: JSONL, CSV or Parquet (.jsonl, .csv, .parquet; .jsonl.gz and "
+        ".csv.gz gzipped), or - for JSONL rows on stdin.",
         show_default=False,
     ),
 ]
 Config = Annotated[
     Path | None,
-    opt("--config", help="TOML config file with any of these options (see configs/)."),
+    opt(
+        "--config",
+        help="TOML file whose keys are these options' names (samples = 4, max_error_rate = "
+        "0.05); the command line wins over it. Every key: the docs site's "
+        f"{links.CONFIGURATION_PAGE} page.",
+    ),
 ]
 Workflow = Annotated[
     str | None, opt("--workflow", "-w", help="AgentWorkflow class as module:Class.")
@@ -82,6 +90,15 @@ Verbose = Annotated[
 ]
 Quiet = Annotated[
     bool, opt("--quiet", "-q", help="No progress on stderr: only the summary and errors.")
+]
+# The same flags on the commands that read runs (report, compare): their stderr has no progress.
+QuietNotices = Annotated[
+    bool,
+    opt(
+        "--quiet",
+        "-q",
+        help="No notices on stderr (which files were written, what to look at next): only errors.",
+    ),
 ]
 
 
@@ -186,22 +203,23 @@ Jsonl = Annotated[
 ]
 
 
-def fail_under(*, panel: str | None = None) -> Any:
-    """``--fail-under`` (repeatable gates)."""
+def fail_under(default: str = "", *, panel: str | None = None) -> Any:
+    """``--fail-under`` (repeatable gates); ``default`` is a parenthesis, e.g. what it inherits."""
+    tail = f" ({default})" if default else ""
     return opt(
         "--fail-under",
         help="Exit 1 when a metric is below a value: mean=0.8, mean_graded=0.8, "
-        "pass_rate=0.9 (a bare number is mean). Repeatable.",
+        f"pass_rate=0.9 (a bare number is mean). Repeatable{tail}.",
         panel=panel,
     )
 
 
-def max_error_rate(*, panel: str | None = None) -> Any:
-    """``--max-error-rate`` (the error budget)."""
+def max_error_rate(default: str = "default 0", *, panel: str | None = None) -> Any:
+    """``--max-error-rate`` (the error budget); ``default`` is the parenthesis."""
     return opt(
         "--max-error-rate",
         help="Error budget: a count (3), fraction (0.05) or percentage (5%) of failed, "
-        "timed-out or invalid rollouts; beyond it exit 3 (default 0).",
+        f"timed-out or invalid rollouts; beyond it exit 3 ({default}).",
         panel=panel,
     )
 

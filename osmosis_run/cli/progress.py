@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from osmosis_run.results.records import ResultLine
 
 PLAIN_EVERY_S = 5.0
+# The live bar shows no rate (and no ETA) before this much of the run has passed: a rate over a
+# few milliseconds (the first frame's "91292/s") means nothing.
+MIN_RATE_S = 1.0
 
 
 class Reporter:
@@ -265,22 +268,29 @@ def _labelled_columns() -> tuple[Any, ...]:
     from rich.progress import ProgressColumn, Task
     from rich.text import Text
 
+    def settled(task: Task) -> bool:
+        """Whether enough of the run has passed for a rate (and an ETA) to mean something."""
+        return task.finished_speed is not None or (task.elapsed or 0.0) >= MIN_RATE_S
+
     class Rate(ProgressColumn):
-        """Rollouts per second, as rich estimates them over its recent window."""
+        """Rollouts per second, as rich estimates them over its recent window (once settled)."""
 
         def render(self, task: Task) -> Text:
-            speed = task.finished_speed or task.speed
+            speed = (task.finished_speed or task.speed) if settled(task) else None
             return Text("rate " + (_rate(speed) if speed else "-"))
 
     class Clock(ProgressColumn):
-        """``elapsed 1m05s`` or ``ETA 42s``."""
+        """``elapsed 1m05s`` or ``ETA 42s`` (once settled)."""
 
         def __init__(self, label: str) -> None:
             super().__init__()
             self.label = label
 
         def render(self, task: Task) -> Text:
-            seconds = task.elapsed if self.label == "elapsed" else task.time_remaining
+            if self.label == "elapsed":
+                seconds = task.elapsed
+            else:
+                seconds = task.time_remaining if settled(task) else None
             return Text(f"{self.label} {_duration(seconds) if seconds is not None else '-'}")
 
     return Rate(), Clock("elapsed"), Clock("ETA")

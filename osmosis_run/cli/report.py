@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli import command, exit_codes, options
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from osmosis_run.reports.report import FailureCategory, LowReward, RunReport, SlowRollout
 
 SHOWN_IDS = 5
@@ -19,7 +20,7 @@ MESSAGE_CHARS = 160
 
 def register(app: typer.Typer) -> None:
     """Add the report command to ``app``."""
-    app.command("report", epilog=exit_codes.REPORT_HELP)(report_command)
+    command.add(app, "report", report_command, epilog=exit_codes.REPORT_HELP)
 
 
 def report_command(
@@ -29,6 +30,7 @@ def report_command(
             help="Run directory (the one `osmosis-run eval` printed); finished, interrupted "
             "or still running.",
             show_default=False,
+            metavar="RUN",
         ),
     ],
     json_output: Annotated[
@@ -55,15 +57,16 @@ def report_command(
     ] = 10,
     junit: Annotated[
         Path | None,
-        options.junit("Also write a JUnit XML report here: one testcase per rollout."),
+        options.junit("Write a JUnit XML report here (one testcase per rollout)."),
     ] = None,
-    html: Annotated[
-        Path | None, options.html("Also write a self-contained HTML report here.")
-    ] = None,
+    html: Annotated[Path | None, options.html("Write a self-contained HTML report here.")] = None,
+    quiet: options.QuietNotices = False,
 ) -> None:
     """Summarise a run directory: metrics, failures by category, slowest and lowest rewards.
 
-    Reports go to stderr; --json prints a document to stdout instead.
+    The report is text on stdout (> file, | less and | grep work); --json prints it as one
+    document instead. With --html or --junit, the files are the report: they are written, and
+    stdout gets nothing unless --json asks. Notices (what was written) go to stderr.
     """
     raise typer.Exit(
         run_report(
@@ -75,6 +78,7 @@ def report_command(
             lowest=lowest,
             junit=junit,
             html=html,
+            quiet=quiet,
         )
     )
 
@@ -89,9 +93,10 @@ def run_report(
     junit: Path | None,
     html: Path | None,
     lowest: int = 10,
+    quiet: bool = False,
 ) -> int:
     """Load, render and write the report files; return the exit code."""
-    from osmosis_run.cli import messages
+    from osmosis_run.cli import messages, streams
     from osmosis_run.errors import OsmosisRunError
     from osmosis_run.reports.finish import write_report_files
     from osmosis_run.reports.report import read_report
@@ -104,31 +109,46 @@ def run_report(
         messages.print_error(exc)
         return exit_codes.USAGE
     if json_output:
-        sys.stdout.write(document.model_dump_json(indent=2) + "\n")
-    else:
-        print_report(document)
+        with streams.product() as out:
+            out.file.write(document.model_dump_json(indent=2) + "\n")
+    elif junit is None and html is None:
+        with streams.product() as out:
+            print_report(document, out)
+        if not quiet:
+            print_report_notices(document)
     try:
-        write_report_files(run, junit=junit, html=html, on_written=print_written)
+        if quiet:
+            write_report_files(run, junit=junit, html=html)
+        else:
+            write_report_files(run, junit=junit, html=html, on_written=print_written)
     except OsmosisRunError as exc:
         messages.print_error(exc)
         return exit_codes.USAGE
     return exit_codes.OK
 
 
-def print_written(kind: str, target: object) -> None:
+def print_written(kind: str, target: str | Path) -> None:
     """Say that a report file was written (stderr)."""
     from osmosis_run.cli.streams import err
 
     err.print(f"osmosis-run: wrote {kind} report {target}", markup=False)
 
 
-def print_report(document: RunReport) -> None:
-    """The summary table, the state of the run, failures and the slowest rollouts (stderr)."""
-    from osmosis_run.cli.streams import err
+def print_report(document: RunReport, out: Console) -> None:
+    """The summary table, failures, the slowest rollouts and the lowest rewards, on ``out``."""
     from osmosis_run.cli.tables import summary_table
 
     title = f"osmosis-run: {document.state} {document.run_dir}"
-    err.print(summary_table(document.summary, title=title))
+    out.print(summary_table(document.summary, title=title))
+    print_failures(document.failures, out)
+    print_slowest(document.slowest, out)
+    print_lowest(document.lowest, out, threshold=document.summary.pass_threshold)
+
+
+def print_report_notices(document: RunReport) -> None:
+    """What to do next, on stderr: resume a run that did not finish, look at one rollout."""
+    from osmosis_run.cli.streams import err
+
     if document.state == "interrupted":
         err.print(
             "osmosis-run: the run was interrupted; re-run its eval command to resume it",
@@ -140,17 +160,16 @@ def print_report(document: RunReport) -> None:
             "(re-run its eval command to resume it)",
             markup=False,
         )
-    print_failures(document.failures)
-    print_slowest(document.slowest)
-    print_lowest(
-        document.lowest, run_dir=document.run_dir, threshold=document.summary.pass_threshold
-    )
+    if document.lowest:
+        err.print(
+            "osmosis-run: one rollout in full: "
+            f"osmosis-run show {document.run_dir} {document.lowest[0].rollout_id}",
+            markup=False,
+        )
 
 
-def print_failures(categories: list[FailureCategory]) -> None:
+def print_failures(categories: list[FailureCategory], out: Console) -> None:
     """Failed rollouts by category, identical messages grouped, with counts and rollout ids."""
-    from osmosis_run.cli.streams import err
-
     if not categories:
         return
     from osmosis_run.results.words import plural
@@ -167,60 +186,49 @@ def print_failures(categories: list[FailureCategory]) -> None:
         if category.more_messages:
             lines.append(f"    ... and {category.more_messages} other messages")
     for line in lines:
-        err.print(line, markup=False)
+        out.print(line.rstrip(), markup=False, emoji=False)
 
 
-def print_slowest(slowest: list[SlowRollout]) -> None:
+def print_slowest(slowest: list[SlowRollout], out: Console) -> None:
     """The slowest rollouts as a table."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from osmosis_run.cli.streams import err
+    from osmosis_run.cli.tables import aligned
 
     if not slowest:
         return
-    err.print()
-    table = Table(title="slowest rollouts", title_justify="left", box=None, pad_edge=False)
-    for name in ("rollout", "status", "total ms", "workflow ms", "grader ms", "reward"):
-        table.add_column(name, justify="left" if name in ("rollout", "status") else "right")
-    for slow in slowest:
-        table.add_row(
-            Text(slow.rollout_id),
+    header = ("rollout", "status", "total ms", "workflow ms", "grader ms", "reward")
+    rows = [
+        (
+            slow.rollout_id,
             slow.status,
             f"{slow.total_ms:.1f}",
             _num(slow.workflow_ms, ".1f"),
             _num(slow.grader_ms, ".1f"),
             _num(slow.reward, ".3f"),
         )
-    err.print(table)
+        for slow in slowest
+    ]
+    out.print()
+    out.print(aligned("slowest rollouts", header, rows, right=range(2, len(header))))
 
 
-def print_lowest(lowest: list[LowReward], *, run_dir: Path, threshold: float) -> None:
-    """The graded rollouts below the threshold, lowest first, and how to look at one."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from osmosis_run.cli.streams import err
+def print_lowest(lowest: list[LowReward], out: Console, *, threshold: float) -> None:
+    """The graded rollouts below the threshold, lowest first."""
+    from osmosis_run.cli.tables import aligned
 
     if not lowest:
         return
-    err.print()
-    title = f"lowest rewards (below the pass threshold {threshold:g})"
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    for name in ("rollout", "reward", "label", "answer"):
-        table.add_column(name, justify="right" if name == "reward" else "left")
-    for low in lowest:
-        table.add_row(
-            Text(low.rollout_id),
+    rows = [
+        (
+            low.rollout_id,
             f"{low.reward:.3f}",
-            Text(_one_line(low.label) if low.label is not None else "-"),
-            Text(low.answer if low.answer is not None else "-"),
+            _one_line(low.label) if low.label is not None else "-",
+            low.answer if low.answer is not None else "-",
         )
-    err.print(table)
-    err.print(
-        f"osmosis-run: one rollout in full: osmosis-run show {run_dir} {lowest[0].rollout_id}",
-        markup=False,
-    )
+        for low in lowest
+    ]
+    title = f"lowest rewards (below the pass threshold {threshold:g})"
+    out.print()
+    out.print(aligned(title, ("rollout", "reward", "label", "answer"), rows, right=(1,)))
 
 
 def _num(value: float | None, spec: str) -> str:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli import command, exit_codes, options
 from osmosis_run.cli.streams import err
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def _opt(*names: str, help: str, panel: str = _SERVE, **kw: Any) -> Any:  # noqa
 
 def register(app: typer.Typer) -> None:
     """Add the serve command to ``app``."""
-    app.command("serve", epilog=SERVE_HELP)(serve_command)
+    command.add(app, "serve", serve_command, epilog=SERVE_HELP)
 
 
 def serve_command(

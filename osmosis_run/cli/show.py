@@ -8,16 +8,14 @@ metrics, and the files in its directory.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli import command, exit_codes, options
 
 if TYPE_CHECKING:
-    from rich.console import Console
     from rich.text import Text
 
     from osmosis_run.reports.show import RolloutView
@@ -33,7 +31,7 @@ _ROLE_STYLE = {"user": "cyan", "assistant": "green", "tool": "magenta", "system"
 
 def register(app: typer.Typer) -> None:
     """Add the show command to ``app``."""
-    app.command("show", epilog=SHOW_HELP)(show_command)
+    command.add(app, "show", show_command, epilog=SHOW_HELP)
 
 
 def show_command(
@@ -98,25 +96,22 @@ def run_show(run_dir: Path, rollout: str | None, *, worst: int | None, json_outp
     views = [rollout_view(run, line) for line in lines]
     if json_output:
         document = [view.model_dump(mode="json") for view in views]
-        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        with streams.product() as out:
+            out.file.write(json.dumps(document, indent=2) + "\n")
         return exit_codes.OK
-    console = _stdout_console()
-    for number, view in enumerate(views):
-        if number:
-            console.print()
-        console.print(rollout_text(view))
+    with streams.product() as console:
+        for number, view in enumerate(views):
+            if number:
+                console.print()
+            console.print(rollout_text(view))
     return exit_codes.OK
-
-
-def _stdout_console() -> Console:
-    from rich.console import Console
-
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
 
 
 def rollout_text(view: RolloutView) -> Text:
     """One rollout as aligned, labelled lines, then its transcript and files."""
     from rich.text import Text
+
+    from osmosis_run.cli.tables import without_trailing_spaces
 
     line = view.line
     text = Text()
@@ -137,8 +132,7 @@ def rollout_text(view: RolloutView) -> Text:
     _error(text, view)
     _transcript(text, view.messages)
     _files(text, view)
-    text.rstrip()
-    return text
+    return without_trailing_spaces(text)
 
 
 def _field(text: Text, label: str, value: Text, *, end: str = "") -> None:

@@ -1,7 +1,9 @@
-"""The process's standard streams: stderr for people, stdout for ``--jsonl`` results.
+"""The process's standard streams: stdout for a command's product, stderr for people.
 
-stdout carries only ``--jsonl`` results lines (and ``--json`` documents), so a command composes
-in pipelines. stderr is the human channel (``err``, a rich Console made on first use): losing it
+stdout carries what a command makes: ``--jsonl`` results lines, ``--json`` documents, and the
+text of the commands whose product is text (report, compare, show, validate's findings, through
+``product()``), so that ``> file``, ``| less`` and ``| grep`` work. stderr is the human channel
+for progress, notices and errors (``err``, a rich Console made on first use): losing it
 (closed, or its reader gone, as with ``2>&1 | head -1``) silences what the CLI says and never
 fails the run.
 """
@@ -124,7 +126,27 @@ stderr = _Stderr()
 err = _Human(stderr)
 
 
-def silence(out: BinaryIO) -> None:
+@contextlib.contextmanager
+def product() -> Iterator[Console]:
+    """A rich Console on stdout for a command's text; a reader that went away (``| head``) ends
+    the text quietly: the rest is dropped, and the command's exit code stands."""
+    from rich.console import Console
+
+    class Product(Console):
+        def on_broken_pipe(self) -> None:
+            """Not rich's own (exit 1 at once): raise, for ``product`` to end quietly."""
+            self.quiet = True
+            raise BrokenPipeError
+
+    console = Product(file=sys.stdout, highlight=False, soft_wrap=True)
+    try:
+        yield console
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence(sys.stdout)
+
+
+def silence(out: IO[Any]) -> None:
     """Point a results stream at /dev/null, so that flushing it at exit cannot fail again."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,12 +1,13 @@
-"""The tables the CLI prints on stderr: a run's summary and the comparison of two runs.
+"""The tables the CLI prints: a run's summary and the comparison of two runs.
 
 The summary's rows are ``osmosis_run.reports.summary_rows``'s, the ones the GitHub step summary
-shows too.
+shows too. Every table is plain aligned lines, never wrapped (logs and files stay greppable) and
+never padded at the end of a line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING
 
 from osmosis_run.cli.streams import err
@@ -14,7 +15,7 @@ from osmosis_run.reports.summary_rows import summary_rows
 from osmosis_run.results.words import plural
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.console import Console
     from rich.text import Text
 
     from osmosis_run.results.compare import Comparison, Delta
@@ -32,8 +33,19 @@ def summary_table(summary: Summary, *, title: str) -> Text:
     for label, value in rows:
         text.append(label.ljust(width), style="bold")
         text.append(value + "\n")
-    text.rstrip()
-    return text
+    return without_trailing_spaces(text)
+
+
+def without_trailing_spaces(text: Text) -> Text:
+    """``text`` with every line's trailing whitespace (and the last newlines) removed."""
+    from rich.text import Text
+
+    lines = text.split("\n", allow_blank=True)
+    for line in lines:
+        line.rstrip()
+    joined = Text("\n").join(lines)
+    joined.rstrip()
+    return joined
 
 
 def print_summary(outcome: RunOutcome) -> None:
@@ -47,7 +59,7 @@ def print_summary(outcome: RunOutcome) -> None:
         message = (example.error_message or "").splitlines()[0:1]
         err.print(
             f"  {example.status} {example.rollout_id}: {example.error_category}: "
-            f"{message[0] if message else ''}",
+            f"{message[0] if message else ''}".rstrip(),
             markup=False,
         )
     more = summary.errors - len(summary.first_errors)
@@ -61,26 +73,47 @@ def print_summary(outcome: RunOutcome) -> None:
 SHOWN_ROLLOUTS = 20
 
 
-def comparison_table(cmp: Comparison) -> Table:
-    """Mean reward and pass rate of A and B, B - A and its confidence interval."""
-    from rich.table import Table
+def aligned(
+    title: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Container[int] = (),
+) -> Text:
+    """A table as lines: a bold title and header, columns two spaces apart (those in ``right``
+    right-aligned), no trailing spaces."""
+    from rich.cells import cell_len
     from rich.text import Text
 
-    table = Table(
-        title=Text(f"osmosis-run: compare {cmp.run_a} -> {cmp.run_b}"),
-        title_justify="left",
-        box=None,
-        pad_edge=False,
-    )
-    ci = f"{cmp.confidence:.0%} CI"
-    for name in ("", "A", "B", "B - A", ci):
-        table.add_column(name, justify="left" if not name else "right")
-    for label, delta, spec in (
-        ("mean reward", cmp.mean, ".3f"),
-        ("pass rate", cmp.pass_rate, ".1%"),
-    ):
-        table.add_row(label, *(Text(cell) for cell in _delta_cells(delta, spec)))
-    return table
+    widths = [max(cell_len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = []
+        for number, (cell, width) in enumerate(zip(cells, widths, strict=True)):
+            pad = " " * (width - cell_len(cell))
+            padded.append(pad + cell if number in right else cell + pad)
+        return "  ".join(padded).rstrip()
+
+    text = Text(title + "\n", style="bold")
+    text.append(line(header) + "\n", style="bold")
+    for row in rows:
+        text.append(line(row) + "\n")
+    text.rstrip()
+    return text
+
+
+def comparison_table(cmp: Comparison) -> Text:
+    """Mean reward and pass rate of A and B, B - A and its confidence interval."""
+    rows = [
+        (label, *_delta_cells(delta, spec))
+        for label, delta, spec in (
+            ("mean reward", cmp.mean, ".3f"),
+            ("pass rate", cmp.pass_rate, ".1%"),
+        )
+    ]
+    header = ("", "A", "B", "B - A", f"{cmp.confidence:.0%} CI")
+    title = f"osmosis-run: compare {cmp.run_a} -> {cmp.run_b}"
+    return aligned(title, header, rows, right=range(1, len(header)))
 
 
 def _delta_cells(delta: Delta, spec: str) -> tuple[str, str, str, str]:
@@ -92,9 +125,13 @@ def _delta_cells(delta: Delta, spec: str) -> tuple[str, str, str, str]:
     return _fmt(delta.a, spec), _fmt(delta.b, spec), change, interval
 
 
-def print_comparison(cmp: Comparison) -> None:
-    """The comparison table, pairing counts, flips, new and fixed errors, and notes (stderr)."""
-    err.print(comparison_table(cmp))
+def print_comparison(cmp: Comparison, out: Console | None = None) -> None:
+    """The comparison table, pairing counts, flips, new and fixed errors, and notes.
+
+    On ``out`` (compare's product: stdout), else on stderr (the end of an eval's run).
+    """
+    console = out if out is not None else err.console
+    console.print(comparison_table(cmp))
     lines = [
         f"paired: {plural(cmp.paired, 'rollout')} over {plural(cmp.paired_rows, 'row')}; unpaired: "
         f"{cmp.only_in_a} only in A, {cmp.only_in_b} only in B; unscored: {cmp.unscored}",
@@ -114,7 +151,7 @@ def print_comparison(cmp: Comparison) -> None:
                 lines.append(f"  ... and {len(changes) - SHOWN_ROLLOUTS} more")
     lines += [f"note: {note}" for note in cmp.notes]
     for line in lines:
-        err.print(line, markup=False)
+        console.print(line.rstrip(), markup=False, emoji=False)
 
 
 def _id_list(title: str, ids: Sequence[str]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from osmosis_run.cli import exit_codes, options
+from osmosis_run.cli import command, exit_codes, options
 
 VIEW_HELP = (
     "Exit codes: 0 stopped; 2 a PATH is not there, the address cannot be listened on, or "
@@ -21,7 +21,7 @@ _PREFIX = "osmosis-run view: "
 
 def register(app: typer.Typer) -> None:
     """Add the view command to ``app``."""
-    app.command("view", epilog=VIEW_HELP)(view_command)
+    command.add(app, "view", view_command, epilog=VIEW_HELP)
 
 
 def view_command(
@@ -29,7 +29,7 @@ def view_command(
         list[Path] | None,
         typer.Argument(
             help="Run directories, or folders of them (default: runs/).",
-            metavar="[PATH]...",
+            metavar="PATH",
             show_default=False,
         ),
     ] = None,

@@ -68,9 +68,11 @@ __all__ = [
 ]
 
 # What a re-grade takes from the source run's run.toml: what the run is (its inputs and
-# selection, kept for the record and for `osmosis-run eval --config run.toml`) and how its
-# rollouts are judged. The grader, its config and timeout, concurrency, gates and reports are
-# the grade command's own.
+# selection, kept for the record and for `osmosis-run eval --config run.toml`), how its
+# rollouts are judged, and its gates (the pass threshold, --fail-under and the error budget:
+# a grade of a run whose config allows 5% errors allows them too). The grade command's options
+# override each. The grader, its config and timeout, concurrency, the baseline comparison and
+# reports are the grade command's own.
 INHERITED = (
     "dataset",
     "workflow",
@@ -86,6 +88,8 @@ INHERITED = (
     "seed",
     "shard",
     "pass_threshold",
+    "fail_under",
+    "max_error_rate",
     "group_by",
     "no_messages",
 )

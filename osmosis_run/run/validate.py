@@ -40,6 +40,14 @@ class ValidationReport(BaseModel):
     samples: int
     workflow: str
     grader: str | None
+    workflow_config: str | None = None
+    """The workflow config instance loaded (``module:attr``), if any."""
+    workflow_config_overrides: list[str] = []
+    """The fields a config file's ``[workflow_config]`` table sets."""
+    grader_config: str | None = None
+    grader_config_overrides: list[str] = []
+    server: str | None = None
+    """With ``--server``: the server, which loads its own workflow and grader (nothing here)."""
 
     @property
     def ok(self) -> bool:
@@ -88,6 +96,11 @@ def validate(settings: EvalSettings, *, max_problems: int = MAX_PROBLEMS) -> Val
         samples=s.run.samples,
         workflow=s.run.workflow or f"the workflow of {s.execution.server}",
         grader=s.run.grader,
+        workflow_config=s.run.workflow_config,
+        workflow_config_overrides=list(s.run.workflow_config_overrides),
+        grader_config=s.run.grader_config,
+        grader_config_overrides=list(s.run.grader_config_overrides),
+        server=s.execution.server if s.execution.remote else None,
     )
 
 

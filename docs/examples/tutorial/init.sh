@@ -1,0 +1,2 @@
+osmosis-run init my-agent
+osmosis-run eval --config my-agent/eval.toml
