@@ -103,6 +103,11 @@ def test_every_option_of_a_command_is_on_its_page(build: Build, command: str) ->
     absent = [p.name for p in arguments if f'id="option-{p.name.replace("_", "-")}"' not in text]
     assert absent == []
     assert f"osmosis-run {command} [OPTIONS]" in text
+    # Values and arguments are named as Click names them (TEXT, [DATASET]), as --help names them.
+    assert re.findall(r"<(?:str|int|float|path|bool)>", text) == []
+    usage = re.search(rf"osmosis-run {command} \[OPTIONS\][^<\n]*", text)
+    assert usage is not None
+    assert "{" not in usage.group(0), usage.group(0)
 
 
 def test_the_app_page_lists_every_command(build: Build) -> None:

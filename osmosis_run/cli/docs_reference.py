@@ -200,6 +200,10 @@ def _params(command: Any, ctx: Any, source: Source) -> Iterator[str]:
 
 def _row(param: Any, ctx: Any, source: Source) -> str:
     shown, text = param.get_help_record(ctx)
+    if param.param_type_name == "argument":  # named as the usage line names it: [DATASET]
+        from osmosis_run.cli.command import argument_metavar
+
+        shown = argument_metavar(param)
     extras = _EXTRAS.search(text)
     notes = [part.strip() for part in extras.group(1).split(";")] if extras else []
     text = text[: extras.start()] if extras else text
