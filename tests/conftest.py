@@ -138,12 +138,11 @@ class Recorder:
         self.events.append(("blocked", rollout_id))
 
 
-def _named_one_by_one(config: pytest.Config) -> bool:
-    """Whether the command line names tests by id (``file.py::test``): those run, slow or not."""
-    return any("::" in str(arg) for arg in config.args)
-
-
 def pytest_report_header(config: pytest.Config) -> str:
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or "slow" in (
+        config.option.markexpr or ""
+    ):
+        return "ray tests run when asked for: -m ray (README, Tests)"
     return "slow and ray tests run when asked for: -m slow, -m ray (README, Tests)"
 
 
@@ -153,8 +152,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (``-n 4``) the longest start at once and the short ones fill in around them. Tests marked
     ``ray`` run only when asked for (``-m ray``): they start Ray clusters, which must run inside a
     private network namespace (see tests/test_ray.py); the main suite never starts Ray. Tests
-    marked ``slow`` run when asked for (``-m slow``, or any ``-m`` naming them) or named one by
-    one (``pytest tests/test_x.py::test_y``): the everyday command stays fast, CI runs both."""
+    marked ``slow`` are left out of the everyday command (``pytest`` with no path: the whole
+    suite) unless asked for (``-m slow``, or any ``-m`` naming them); a path given
+    (``pytest tests/interop``, ``pytest tests/test_x.py::test_y``) runs every test it holds."""
     unstable = [item.nodeid for item in items if _ADDRESS.search(item.nodeid)]
     if unstable:
         raise pytest.UsageError(
@@ -165,7 +165,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if "ray" in asked:
         return
     chosen = [item for item in items if item.get_closest_marker("ray") is None]
-    if "slow" not in asked and not _named_one_by_one(config):
+    if "slow" not in asked and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
         chosen = [item for item in chosen if item.get_closest_marker("slow") is None]
     if len(chosen) < len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in chosen])

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -283,21 +284,18 @@ def test_serve(tmp_path: Path) -> None:
     assert _results(tmp_path / "runs/served")[0]["rollout_id"] == "r-1"
 
 
-def test_serve_main_is_an_asgi_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from starlette.testclient import TestClient
-
+def test_serve_main_is_an_asgi_app_uvicorn_serves(tmp_path: Path) -> None:
     _copy(tmp_path, TUTORIAL / "my_rollout.py", HOW_TO / "serve/main.py")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("OSMOSIS_ARTIFACT_ROOT", str(tmp_path / "artifacts"))
-    for name in ("main", "my_rollout"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    import main  # type: ignore[import-not-found]
-
-    with TestClient(main.app) as client:
-        health = client.get("/health")
-    assert health.status_code == 200
-    assert health.json()["concurrency"]["max_concurrent"] == 8
+    port = _free_port()
+    args = [str(BIN / "python"), "-m", "uvicorn", "main:app", "--port", str(port)]
+    health_url = f"http://127.0.0.1:{port}/health"
+    with (
+        _process(args, tmp_path, ready="Uvicorn running on"),
+        urllib.request.urlopen(health_url, timeout=10) as answer,
+    ):
+        assert answer.status == 200
+        health = json.loads(answer.read())
+    assert health["concurrency"]["max_concurrent"] == 8
 
 
 def test_eval_on_a_server(tmp_path: Path) -> None:

@@ -135,7 +135,14 @@ def test_validate_loads_osmosis_ai_classes_and_configs(cli: Any, tmp_path: Path)
         "--grader", f"{FLOWS}:Judge", "--grader-config", f"{FLOWS}:judge_config",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert result.stderr == "rows.jsonl: 21 rows, 0 invalid\n"
+    assert result.stderr == ""
+    assert result.stdout.splitlines() == [
+        f"workflow         {FLOWS}:Flow (loaded)",
+        f"workflow config  {FLOWS}:flow_config (loaded)",
+        f"grader           {FLOWS}:Judge (loaded)",
+        f"grader config    {FLOWS}:judge_config (loaded)",
+        "rows.jsonl: 21 rows, 0 invalid",
+    ]
 
 
 def test_a_config_file_overrides_an_osmosis_ai_config_instance(cli: Any, tmp_path: Path) -> None:
