@@ -139,11 +139,15 @@ class Recorder:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or "slow" in (
-        config.option.markexpr or ""
-    ):
-        return "ray tests run when asked for: -m ray (README, Tests)"
-    return "slow and ray tests run when asked for: -m slow, -m ray (README, Tests)"
+    """Which marked tests this invocation leaves out (pytest_collection_modifyitems)."""
+    asked = config.option.markexpr or ""
+    if "ray" in asked:
+        return "every selected test runs, slow or not"
+    left_out = ["ray"]
+    if "slow" not in asked and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        left_out.insert(0, "slow")
+    asking = ", ".join(f"-m {mark}" for mark in left_out)
+    return f"{' and '.join(left_out)} tests run when asked for: {asking} (README, Tests)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
