@@ -420,7 +420,11 @@ class Storm:
             self.writer(runner, stderr)
         for count in lines:
             self.wait_lines(runner, stderr, count)
-            workers = wait_until(lambda: find_workers(runner) or None, "worker processes")
+            # Not one killed a moment ago: a worker is listed until the runner has reaped it.
+            workers = wait_until(
+                lambda: [w for w in find_workers(runner) if w not in self.killed_workers] or None,
+                "worker processes",
+            )
             self.workers_seen.update(workers)
             os.kill(workers[0].pid, signal.SIGKILL)
             self.killed_workers.append(workers[0])
