@@ -23,8 +23,9 @@ from typing import Any, NamedTuple
 import httpx
 import pytest
 from conftest import results, subprocess_env
-from serving import LEASE, free_port
+from serving import LEASE, free_port, serving
 
+from osmosis_run.backends.fake import FakeExecutor
 from osmosis_run.errors import ConfigError
 from osmosis_run.server.settings import resolve_serve_settings
 from osmosis_run.store.store import read_summary
@@ -433,3 +434,18 @@ def test_the_worker_options_precedence_and_the_environment_alone(tmp_path: Path)
     assert str(refused.value) == (
         "--worker-recycle is an option of worker processes; add --workers N"
     )
+
+
+def test_an_executor_given_runs_the_served_rollouts_within_its_own_limit(tmp_path: Path) -> None:
+    """``create_rollout_server(executor=...)``, as serve runs a module-level HarborBackend: the
+    executor runs each rollout, its limit is the server's, it opens and closes with the server."""
+    executor = FakeExecutor(lambda _attempt: FakeExecutor.success(reward=0.5), limit=3)
+    with serving(tmp_path, executor=executor) as served:
+        assert executor.opened
+        health = served.client.get("/health").json()
+        assert health["concurrency"]["max_concurrent"] == 3
+        body = served.result("r1", served.admit("r1", label="HI"))
+    assert (body["status"], body["sample"]["reward"]) == ("success", 0.5)
+    assert executor.closed
+    assert [a.request.id for a in executor.attempts] == ["r1"]
+    assert [(x.rollout_id, x.reward) for x in results(tmp_path / "run")] == [("r1", 0.5)]

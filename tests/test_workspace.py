@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
-from conftest import results, write_jsonl, write_workspace
+from conftest import results, subprocess_env, write_jsonl, write_workspace
+from serving import LEASE, free_port
 from typer.testing import Result
 
 Cli = Callable[..., Result]
@@ -144,6 +150,38 @@ def test_a_missing_secret_stops_the_run_before_it_starts(cli: Cli, workspace: Pa
         "--secrets-file FILE (a dotenv file of NAME=value lines)\n"
     )
     assert not Path("run").exists()
+
+
+def test_serve_opens_a_workspace_config_as_eval_does(workspace: Path, tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.env"
+    secrets.write_text(f"WS_TOKEN={SECRET}\n")
+    port = free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "osmosis_run", "serve", "--config", config_of(workspace),
+         "--secrets-file", str(secrets), "--port", str(port), "--out", str(tmp_path / "served")],
+        env=subprocess_env(), stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert serve.stderr is not None
+    assert serve.stderr.readline().startswith("osmosis-run serve: listening on")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            body = {"rollout_id": "r1", "initial_messages": [{"role": "user", "content": "hi"}],
+                    "chat_completions_url": "http://127.0.0.1:9/v1", "label": "calm hi?"}  # fmt: skip
+            token = client.post("/rollout", json=body).json()["polling_lease_token"]
+            deadline = time.monotonic() + 30
+            while (answer := client.get("/rollout/r1/result", headers={LEASE: token}).json())[
+                "status"
+            ] not in ("success", "failure"):
+                assert time.monotonic() < deadline, answer
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.communicate(timeout=30)
+    assert serve.returncode == 0
+    assert (answer["status"], answer["sample"]["reward"]) == ("success", 1.0)
+    [line] = results(tmp_path / "served")
+    assert line.messages is not None
+    assert line.messages[-1]["content"] == "calm hi? [REDACTED]"  # [env], [secrets], its config
+    assert SECRET not in every_file_text(tmp_path / "served")
 
 
 def test_validate_reads_a_workspace_config_too(cli: Cli, workspace: Path) -> None:

@@ -71,9 +71,11 @@ __all__ = [
     "BackendExecutor",
     "OsmosisAiBackend",
     "OsmosisAiExecutor",
+    "backend_executor",
     "backend_for",
     "osmosis_ai_executor",
     "refuse_elsewhere",
+    "refuse_option",
     "uses_osmosis_ai",
 ]
 
@@ -257,12 +259,25 @@ def refuse_elsewhere(plan: Plan) -> None:
     Raises:
         ConfigError: the plan asks for worker processes or Ray for one.
     """
-    backend = _osmosis_ai.execution_backend(plan.local_components().workflow)
-    if backend is not None and plan.settings.execution.backend != "local":
-        kind, option = type(backend).__name__, plan.settings.execution.backend
+    option = plan.settings.execution.backend
+    if option != "local":
+        refuse_option(
+            plan.local_components().workflow, plan.settings.run.workflow, f"--backend {option}"
+        )
+
+
+def refuse_option(workflow: type, path: str | None, option: str) -> None:
+    """Refuse ``option`` (one that runs rollouts elsewhere: eval's ``--backend processes|ray``,
+    serve's ``--workers``) when ``workflow`` stands for a module-level ``ExecutionBackend``.
+
+    Raises:
+        ConfigError: it does.
+    """
+    backend = _osmosis_ai.execution_backend(workflow)
+    if backend is not None:
         raise ConfigError(
-            f"{plan.settings.run.workflow} is an osmosis_ai {kind}, which runs its rollouts "
-            f"itself from this process; drop --backend {option}"
+            f"{path} is an osmosis_ai {type(backend).__name__}, which runs its rollouts "
+            f"itself from this process; drop {option}"
         )
 
 
@@ -274,15 +289,31 @@ def osmosis_ai_executor(plan: Plan) -> OsmosisAiExecutor | BackendExecutor:
         ConfigError: a grader given beside such a backend (it grades its own rollouts).
     """
     parts = plan.local_components()
-    backend = _osmosis_ai.execution_backend(parts.workflow)
+    found = backend_executor(
+        parts.workflow, parts.grader, path=plan.settings.run.workflow, run_dir=plan.run_dir
+    )
+    return found if found is not None else OsmosisAiExecutor.from_plan(plan)
+
+
+def backend_executor(
+    workflow: type, grader: type | None, *, path: str | None, run_dir: Path
+) -> BackendExecutor | None:
+    """The ``BackendExecutor`` of the module-level ``ExecutionBackend`` that ``workflow``
+    (loaded from ``path``) stands for, its rollouts' files going to ``run_dir``; None when it
+    stands for none.
+
+    Raises:
+        ConfigError: a grader given beside such a backend (it grades its own rollouts).
+    """
+    backend = _osmosis_ai.execution_backend(workflow)
     if backend is None:
-        return OsmosisAiExecutor.from_plan(plan)
-    if parts.grader is not None:
+        return None
+    if grader is not None:
         raise ConfigError(
-            f"{plan.settings.run.workflow} is an osmosis_ai {type(backend).__name__}, "
+            f"{path} is an osmosis_ai {type(backend).__name__}, "
             "which grades its own rollouts; drop --grader"
         )
-    return BackendExecutor(backend, run_dir=plan.run_dir)
+    return BackendExecutor(backend, run_dir=run_dir)
 
 
 class OsmosisAiExecutor(LocalExecutor):
@@ -333,14 +364,20 @@ class BackendExecutor:
         """Check a HarborBackend's setup; give the backend scratch folders of this run.
 
         Raises:
-            BackendError: harbor, Docker, Compose or an image is missing (harbor_checks.py).
+            BackendError: harbor, Docker, Compose or an image is missing (harbor_checks.py);
+                what the backend's constructor made in /tmp is removed then.
         """
-        if harbor_checks.is_harbor(self.backend):
-            await harbor_checks.check_harbor(self.backend)
-        self._scratch = Path(tempfile.mkdtemp(prefix="osmosis-run-backend-"))
         staging = getattr(self.backend, "rollouts_dir", None)  # HarborBackend's, in /tmp
         if isinstance(staging, Path):
             self._made_at_import = staging
+        if harbor_checks.is_harbor(self.backend):
+            try:
+                await harbor_checks.check_harbor(self.backend)
+            except BaseException:
+                self._remove_made_at_import()
+                raise
+        self._scratch = Path(tempfile.mkdtemp(prefix="osmosis-run-backend-"))
+        if isinstance(staging, Path):
             self.backend.rollouts_dir = self._scratch / "rollouts"
             self.backend.rollouts_dir.mkdir()
             if getattr(self.backend, "trials_dir", None) == staging.parent / "trials":
@@ -358,9 +395,13 @@ class BackendExecutor:
         if self._scratch is not None:
             await asyncio.to_thread(shutil.rmtree, self._scratch, True)
             self._scratch = None
+        self._remove_made_at_import()
+
+    def _remove_made_at_import(self) -> None:
+        """Remove what a HarborBackend's constructor made in /tmp, if empty."""
         made, self._made_at_import = self._made_at_import, None
         if made is not None and made.parent.name.startswith("osmosis-harbor-"):
-            for folder in (made, made.parent):  # what its constructor made in /tmp, if empty
+            for folder in (made, made.parent):
                 try:
                     folder.rmdir()
                 except OSError:

@@ -11,6 +11,12 @@ processes``: crash isolation, hard deadlines, ``--max-worker-memory``, ``--worke
 serve has no ``--backend`` of its own, since processes are the one other place it runs them. The
 workers load the workflow by the paths serve loaded it from, and are ready before the first
 line: one that cannot is one line and exit code 2 too. A lost worker is one line on stderr.
+
+An Osmosis workspace's eval config (``--config``) is opened as eval opens it (its [env], its
+[secrets], its entrypoint's classes). An entrypoint's module-level osmosis_ai ``HarborBackend``
+(a container per rollout) runs the served rollouts itself, as in eval (``BackendExecutor``):
+its checks run before the server listens, its containers and scratch folders are gone when it
+stops, and ``--grader`` and ``--workers`` are refused.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from osmosis_run.cli import command, exit_codes, options
 from osmosis_run.cli.streams import err
 
 if TYPE_CHECKING:
+    from osmosis_run.backends.osmosis_ai import BackendExecutor
     from osmosis_run.gateway.host import Gateway
     from osmosis_run.run.settings import EvalSettings
     from osmosis_run.sdk.backend import LocalBackend
@@ -35,7 +42,7 @@ _SERVE = "Server"
 _MODEL = "Model gateway (with --chat-completions-url)"
 _WORKERS = "Worker processes (with --workers)"
 _PREFIX = "osmosis-run serve: "
-_COMPONENTS = ("workflow", "grader", "workflow_config", "grader_config")
+_COMPONENTS = ("workflow", "grader", "workflow_config", "grader_config", "secrets_file")
 SERVE_HELP = (
     "Exit codes: 0 served and stopped on SIGINT or SIGTERM; 2 the workflow, a config or the "
     "run directory cannot be used, the model gateway's preflight failed, or the port cannot be "
@@ -58,6 +65,7 @@ def serve_command(
     grader: options.GraderClass = None,
     workflow_config: options.WorkflowConfig = None,
     grader_config: options.GraderConfig = None,
+    secrets_file: options.SecretsFile = None,
     host: Annotated[
         str | None, _opt("--host", help="Address to listen on (default 127.0.0.1).")
     ] = None,
@@ -94,8 +102,8 @@ def serve_command(
         _opt(
             "--concurrency",
             "-c",
-            help="Rollouts executing at once (default: the workflow config's limit, else 4); "
-            "unlimited for no limit.",
+            help="Rollouts executing at once (default: the workflow config's limit, a "
+            "HarborBackend's own, else 4); unlimited for no limit.",
         ),
     ] = None,
     out: Annotated[
@@ -234,15 +242,16 @@ def run_serve(components: dict[str, Any], serving: dict[str, Any], config: Path 
     from osmosis_run.errors import OsmosisRunError
 
     try:
-        settings, backend, served = _prepare(components, serving, config)
+        settings, backend, served, secrets = _prepare(components, serving, config)
         server_module = _import_server()
         run_dir = Path(settings.out) if settings.out else server_module.default_run_dir()
+        executor = _executor(settings, backend, served, run_dir)
         gateway = _gateway(settings, run_dir)
     except (OsmosisRunError, _Unusable) as exc:
         print_error(exc)
         return exit_codes.USAGE
     try:
-        return _run(server_module, settings, backend, served, run_dir, gateway)
+        return _run(server_module, settings, backend, served, run_dir, gateway, executor, secrets)
     finally:
         if gateway is not None:
             gateway.close()  # after the server stopped: its rollouts have drained
@@ -255,11 +264,13 @@ def _run(
     served: EvalSettings,
     run_dir: Path,
     gateway: Gateway | None,
+    executor: BackendExecutor | None,
+    secrets: tuple[str, ...],
 ) -> int:
     """Listen, build the app (the run directory opened), serve; return the exit code.
 
     ``served`` holds what the served classes were loaded from (the workers load it too) and
-    the run's pass threshold.
+    the run's pass threshold; ``secrets`` are the workspace's [secrets] values.
     """
     from osmosis_run.cli.messages import print_error
     from osmosis_run.errors import OsmosisRunError
@@ -282,8 +293,9 @@ def _run(
             concurrency=settings.limit(),
             pass_threshold=served.after.pass_threshold,  # the run's, as eval's
             gateway=gateway,
-            secrets=(upstream_key,) if upstream_key else (),
+            secrets=(*secrets, *((upstream_key,) if upstream_key else ())),
             workers=_workers(settings, served),
+            executor=executor,
         )
     except (OsmosisRunError, ValueError) as exc:
         listener.close()
@@ -308,6 +320,23 @@ def _gateway(settings: ServeSettings, run_dir: Path) -> Gateway | None:
         api_key=settings.model_api_key_value(),
         run_dir=run_dir,
     )
+
+
+def _executor(
+    settings: ServeSettings, backend: LocalBackend, served: EvalSettings, run_dir: Path
+) -> BackendExecutor | None:
+    """The executor of a module-level osmosis_ai ``ExecutionBackend`` (a ``HarborBackend``),
+    which runs whole rollouts itself; None: the server runs the classes.
+
+    Raises:
+        ConfigError: ``--workers`` or ``--grader`` beside such a backend.
+    """
+    from osmosis_run.backends.osmosis_ai import backend_executor, refuse_option
+
+    path, workflow = served.run.workflow, backend.workflow_cls
+    if settings.workers is not None:
+        refuse_option(workflow, path, "--workers")
+    return backend_executor(workflow, backend.grader_cls, path=path, run_dir=run_dir)
 
 
 def _workers(settings: ServeSettings, served: EvalSettings) -> Workers | None:
@@ -338,16 +367,20 @@ class _Unusable(Exception):
 
 def _prepare(
     components: dict[str, Any], serving: dict[str, Any], config: Path | None
-) -> tuple[ServeSettings, LocalBackend, EvalSettings]:
+) -> tuple[ServeSettings, LocalBackend, EvalSettings, tuple[str, ...]]:
+    """The settings, the backend of the served classes, what they were loaded from, and the
+    workspace's [secrets] values (to redact)."""
     from osmosis_run.backends.osmosis_ai import backend_for
     from osmosis_run.run.components import load_components
+    from osmosis_run.run.workspace import open_workspace
     from osmosis_run.server.settings import resolve_serve_settings
 
     eval_settings = options.resolve(components, config)
     settings = resolve_serve_settings(serving, config_file=config)
+    eval_settings, secrets = open_workspace(eval_settings)  # a workspace config: as eval
     parts = load_components(eval_settings)
     backend = backend_for(parts)  # osmosis_ai classes get osmosis_ai's own objects
-    return settings, backend, eval_settings
+    return settings, backend, eval_settings, secrets
 
 
 def _import_server() -> Any:
@@ -436,6 +469,7 @@ def _serve(app: Any, listener: socket.socket, settings: ServeSettings) -> int:
 
     run_loop(main(), concurrency=service.concurrency, who="osmosis-run serve")
     if not server.started:
+        listener.close()  # the executor could not open: nothing was served on it
         return exit_codes.USAGE
     summary = service.summary()
     err.print(

@@ -115,8 +115,8 @@ def backend_workflow(backend: Any, path: str) -> type:
 
     It is named after ``path`` (``"module:attr"``) and lives in that module (so the run's
     fingerprint hashes the module's source). Only an executor that calls the backend's
-    ``execute`` runs it; anywhere else (a worker process, a rollout server) its ``run`` fails
-    the rollout with a message saying so.
+    ``execute`` runs it; anywhere else (a worker process, a rollout server given no such
+    executor) its ``run`` fails the rollout with a message saying so.
     """
     from osmosis_run.sdk.workflow import AgentWorkflow  # here: sdk.workflow imports sdk.types
 
@@ -125,7 +125,8 @@ def backend_workflow(backend: Any, path: str) -> type:
     async def run(_self: Any, _ctx: Any) -> None:
         raise TypeError(
             f"{path} is an osmosis_ai {kind}: it runs whole rollouts itself, and only "
-            "osmosis-run eval (in its own process, no --backend processes/ray) runs it"
+            "osmosis-run eval and serve (in their own process, no --backend processes/ray, "
+            "no --workers) run it"
         )
 
     module_name, _, attr = path.partition(":")

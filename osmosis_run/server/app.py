@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from osmosis_run.run.seam import ModelGateway
+from osmosis_run.run.seam import Executor, ModelGateway
 from osmosis_run.sdk.backend import LocalBackend
 from osmosis_run.server.protocol import (
     LEASE_HEADER,
@@ -93,6 +93,7 @@ def create_rollout_server(
     gateway: ModelGateway | None = None,
     secrets: tuple[str, ...] = (),
     workers: Workers | None = None,
+    executor: Executor | None = None,
 ) -> Starlette:
     """Build the ASGI app that serves ``backend`` over the rollout protocol "0.4".
 
@@ -111,7 +112,7 @@ def create_rollout_server(
         api_key: when set, every route wants ``Authorization: Bearer <api_key>``.
         out: the run directory (default ``runs/serve-<UTC time>-<pid>``).
         concurrency: rollouts executing at once (default: the workflow config's limit,
-            else 4; 0 for no limit).
+            else 4, or the ``executor``'s; 0 for no limit).
         pass_threshold: a success with at least this reward passed, in the run's records and
             summary (``osmosis-run serve`` gives the config's ``pass_threshold``, as eval reads it).
         gateway: a started model gateway every rollout calls instead of the URL its caller sent
@@ -121,12 +122,18 @@ def create_rollout_server(
         workers: run the rollouts in worker processes (``osmosis-run serve --workers N``),
             started with the server's lifespan and stopped with it; ``concurrency`` stays the
             limit of rollouts executing at once, over all of them.
+        executor: runs each rollout's attempt instead of ``backend`` (``osmosis-run serve``
+            gives a module-level osmosis_ai ``HarborBackend``'s ``BackendExecutor``, whose
+            rollouts' files go to ``out``), opened with the server's lifespan and closed with
+            it; not with ``workers``.
 
     Raises:
-        ValueError: a timing is invalid, or ``api_key`` is blank.
+        ValueError: a timing is invalid, ``api_key`` is blank, or both ``workers`` and
+            ``executor`` are given.
         TypeError: ``backend`` is not a ``LocalBackend``.
         RunDirError: the run directory cannot be used.
-        BackendError: (in the lifespan) a worker process cannot start or load the classes.
+        BackendError: (in the lifespan) a worker process cannot start or load the classes,
+            or the ``executor`` cannot open.
     """
     if api_key is not None and not api_key.strip():
         raise ValueError("api_key must be non-empty when provided")
@@ -136,7 +143,8 @@ def create_rollout_server(
         )
     if configure_logging:
         _configure_default_logging()
-    limit = backend.max_concurrent if concurrency is None else (concurrency or None)
+    default = backend.max_concurrent if executor is None else executor.limit
+    limit = default if concurrency is None else (concurrency or None)
     service = RolloutService(
         backend,
         run_dir=Path(out) if out is not None else default_run_dir(),
@@ -148,6 +156,7 @@ def create_rollout_server(
         pass_threshold=pass_threshold,
         gateway=gateway,
         workers=workers,
+        executor=executor,
     )
 
     @asynccontextmanager

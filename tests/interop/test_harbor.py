@@ -5,11 +5,13 @@ Harbor's oracle agent (right and wrong solutions, rewarded by each task's own te
 an AgentWorkflow class packaged into its container, one that calls the model through the run's
 gateway (on this machine's address, the container on the host's network), resume (no trial runs
 again), Ctrl-C mid-trial (no container and no temporary folder left), and the checks that stop
-a run before anything runs (exit 2, one line).
+a run before anything runs (exit 2, one line). ``osmosis-run serve`` of the same workspace, driven
+over HTTP: rewards, records, artifacts, cancellation, SIGTERM, the gateway, its refusals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,9 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from conftest import results, write_jsonl
-from fake_openai import serve_fake_openai
+from fake_openai import ReceivedRequest, serve_fake_openai
+from serving import LEASE, free_port
 
 from interop.docker_host import BASE_IMAGE, PY_IMAGE, DockerHost
 from osmosis_run.backends.harbor_checks import images_of_task
@@ -339,20 +343,26 @@ def test_a_workflow_in_its_container_calls_the_model_through_the_runs_gateway(
             "--gateway-host", address,
         )  # fmt: skip
     assert result.exit_code == 0, result.output
-    [line] = results(tmp_path / "run")
+    assert_the_model_was_called_through_the_gateway(tmp_path / "run", "a.s0", server.requests)
+    assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
+
+
+def assert_the_model_was_called_through_the_gateway(
+    run_dir: Path, rollout_id: str, upstream_requests: list[ReceivedRequest]
+) -> None:
+    [line] = results(run_dir)
     assert (line.status, line.reward) == ("success", 1.0)  # tests/test.sh found "hello"
     assert line.messages is not None
     assert line.messages[-1] == {"role": "assistant", "content": "hello"}
     assert line.usage is not None
     assert line.usage.requests == 1
-    calls = (tmp_path / "run" / "rollouts" / "a.s0" / "model_calls.jsonl").read_text()
+    calls = (run_dir / "rollouts" / rollout_id / "model_calls.jsonl").read_text()
     assert len(calls.splitlines()) == 1
     # The upstream saw the real key; the container only ever had the run's own.
-    assert {r.authorization for r in server.requests} == {f"Bearer {KEY}"}
+    assert {r.authorization for r in upstream_requests} == {f"Bearer {KEY}"}
     assert KEY not in "".join(
-        p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*") if p.is_file()
+        p.read_text(errors="replace") for p in run_dir.rglob("*") if p.is_file()
     )
-    assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
 
 
 def test_ctrl_c_mid_trial_stops_its_container_and_leaves_nothing(
@@ -402,6 +412,7 @@ def test_a_missing_docker_daemon_stops_the_run_before_it_starts(
     [error] = [x for x in result.output.splitlines() if x.startswith("error:")]
     assert error.startswith("error: no Docker daemon reachable (docker info: ")
     assert error.endswith("): start dockerd, or point DOCKER_HOST at its socket")
+    assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
 
 
 def test_no_compose_v2_stops_the_run_before_it_starts(
@@ -500,4 +511,170 @@ def test_an_agent_past_its_timeout_is_a_timeout_and_its_container_is_stopped(
     # Harbor enforces the agent's timeout itself; osmosis-ai files it as an agent error.
     assert (line.status, line.error_category) == ("failure", "agent_error")
     assert line.error_message == "Agent execution timed out after 3.0 seconds"
+    assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
+
+
+class Served:
+    """A running ``osmosis-run serve`` subprocess (its stderr in ``log``), driven with httpx."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.proc, self.log = proc, log
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+        deadline = time.monotonic() + 120
+        while "listening on" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.1)
+
+    def admit(self, rollout_id: str, task_id: str | None, content: str = "solve it") -> str:
+        """POST /rollout (``task_id``: the row's ``metadata.harbor_task_id``); its lease."""
+        body = {"rollout_id": rollout_id, "initial_messages": [{"role": "user", "content": content}],
+                "chat_completions_url": "http://127.0.0.1:9/v1",
+                "metadata": {"harbor_task_id": task_id} if task_id else None}  # fmt: skip
+        answer = self.client.post("/rollout", json=body)
+        assert answer.status_code == 202, answer.text
+        token: str = answer.json()["polling_lease_token"]
+        return token
+
+    def result(self, rollout_id: str, token: str) -> dict[str, Any]:
+        deadline = time.monotonic() + 300
+        while True:
+            body: dict[str, Any] = self.client.get(
+                f"/rollout/{rollout_id}/result", headers={LEASE: token}
+            ).json()
+            if body["status"] in ("success", "failure", "cancelled"):
+                return body
+            assert time.monotonic() < deadline, body
+
+    def stop(self) -> int:
+        """SIGTERM; the exit code."""
+        self.client.close()
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=180)
+
+
+@contextlib.contextmanager
+def serve(
+    docker_host: DockerHost, scratch: Path, tmp_path: Path, workspace_config: Path, *args: str
+) -> Iterator[Served]:
+    """``osmosis-run serve --config WORKSPACE_CONFIG`` on loopback, recording into ``served``."""
+    env = {**os.environ, **docker_host.env, "HOME": str(tmp_path / "home"),
+           "TMPDIR": str(scratch)}  # fmt: skip
+    env.pop("_OSMOSIS_ROLLOUT_ARTIFACT_ROOT", None)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "osmosis_run", "serve", "--config", str(workspace_config),
+             "--port", str(port), "--out", "served", "--result-wait", "2", *args],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield Served(proc, port, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for_containers(host: DockerHost, *, running: bool, within: float = 120) -> None:
+    """Until a trial's container runs (``running``), or until none is left at all."""
+    deadline = time.monotonic() + within
+    while bool(host.docker("ps", "-q", "--filter", "status=running").split()) != running or (
+        not running and host.docker("ps", "-aq").split()
+    ):
+        assert time.monotonic() < deadline, host.docker("ps", "-a")
+        time.sleep(0.2)
+
+
+def test_serve_runs_a_harbor_backends_rollouts_and_leaves_nothing(
+    docker_host: DockerHost, harbor_env: Path, tmp_path: Path
+) -> None:
+    workspace_config = oracle_workspace(tmp_path)
+    with serve(docker_host, harbor_env, tmp_path, workspace_config) as server:
+        health = server.client.get("/health").json()
+        assert health["concurrency"]["max_concurrent"] == 2  # the backend's TrialQueue
+        tokens = {task: server.admit(f"{task}-1", task) for task in ("right", "wrong")}
+        answers = {task: server.result(f"{task}-1", token) for task, token in tokens.items()}
+        assert {task: (a["status"], a["sample"]["reward"]) for task, a in answers.items()} == {
+            "right": ("success", 1.0),
+            "wrong": ("success", 0.0),
+        }
+        # A cancelled trial's container is stopped; so is one in flight at SIGTERM.
+        token = server.admit("slow-1", "slow")
+        wait_for_containers(docker_host, running=True)
+        cancel = server.client.post("/rollout/cancel", json={"ids": ["slow-1"]})
+        assert cancel.json() == {"dispositions": {"slow-1": "cancelled_running"}}
+        assert server.result("slow-1", token)["status"] == "cancelled"
+        wait_for_containers(docker_host, running=False)
+        server.admit("slow-2", "slow")
+        wait_for_containers(docker_host, running=True)
+        code = server.stop()
+    output = (tmp_path / "serve.log").read_text()
+    assert code == 0, output
+    assert "osmosis-run serve: stopped; 4 rollout(s) recorded in served" in output
+    lines = sorted(results(tmp_path / "served"), key=lambda x: x.rollout_id)
+    assert [(x.rollout_id, x.status, x.reward, x.error_category) for x in lines] == [
+        ("right-1", "success", 1.0, None),
+        ("slow-1", "failure", None, "cancelled"),
+        ("slow-2", "failure", None, "cancelled"),
+        ("wrong-1", "success", 0.0, None),
+    ]
+    for rollout_id, reward in (("right-1", "1"), ("wrong-1", "0")):
+        artifacts = tmp_path / "served" / "rollouts" / rollout_id / "artifacts"
+        verifier = artifacts / "harbor" / "logs" / "verifier"
+        assert (verifier / "reward.txt").read_text().strip() == reward
+        assert (artifacts / "harbor" / "logs" / "trial.log").is_file()
+        assert isinstance(json.loads((artifacts / "harbor" / "result.json").read_text()), dict)
+    assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
+
+
+def test_serve_hands_a_harbor_backend_the_gateway(
+    docker_host: DockerHost, harbor_env: Path, tmp_path: Path
+) -> None:
+    workspace_config = workflow_workspace(tmp_path, ASK_FLOW, network="host")
+    address = this_machines_address()
+    with serve_fake_openai(lambda body: "hello", api_key=KEY) as upstream:
+        gateway = ("--chat-completions-url", upstream.url, "--model-api-key", KEY,
+                   "--gateway-host", address)  # fmt: skip
+        with serve(docker_host, harbor_env, tmp_path, workspace_config, *gateway) as server:
+            answer = server.result("a", server.admit("a", None, "what to write?"))
+            assert (answer["status"], answer["sample"]["reward"]) == ("success", 1.0), answer
+            assert server.stop() == 0
+    assert_the_model_was_called_through_the_gateway(tmp_path / "served", "a", upstream.requests)
+    assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--workers", "2"), "which runs its rollouts itself from this process; drop --workers"),
+        (("--grader", "server_flows:Exact"), "which grades its own rollouts; drop --grader"),
+    ],
+    ids=["workers", "grader"],
+)
+def test_serve_refuses_workers_or_a_grader_for_a_harbor_backend(
+    cli: Any, harbor_env: Path, tmp_path: Path, option: tuple[str, str], message: str
+) -> None:
+    workspace_config = oracle_workspace(tmp_path)
+    result = cli("serve", "--config", str(workspace_config), "--out", "served", *option)
+    assert result.exit_code == 2, result.output
+    [error] = [x for x in result.output.splitlines() if x.startswith("error:")]
+    assert error == f"error: main:backend is an osmosis_ai HarborBackend, {message}"
+    assert not (tmp_path / "served").exists()
+
+
+def test_serve_stops_before_it_serves_when_a_harbor_check_fails(
+    cli: Any, docker_host: DockerHost, harbor_env: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    workspace_config = oracle_workspace(tmp_path)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    port = str(free_port())
+    result = cli("serve", "--config", str(workspace_config), "--port", port, "--out", "served")
+    assert result.exit_code == 2, result.output
+    [error] = [x for x in result.output.splitlines() if x.startswith("error:")]
+    assert error.startswith("error: no Docker daemon reachable (docker info: ")
+    assert error.endswith("): start dockerd, or point DOCKER_HOST at its socket")
+    assert "osmosis-run serve: listening on" not in result.output
     assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
