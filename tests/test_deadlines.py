@@ -120,12 +120,13 @@ def test_a_caller_cancelled_while_it_waits_abandons_the_work_and_is_cancelled() 
 
 def test_deadlines_count_from_the_start_of_running_not_from_the_queue(tmp_path: Path) -> None:
     async def slow(attempt: Attempt) -> Any:
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.4)
         return FakeExecutor.success()
 
-    # One at a time: the third waits 0.3 s in the queue, more than its 0.25 s deadline.
-    run(settings(tmp_path, rows=3, concurrency=1, agent_timeout=0.25), FakeExecutor(slow))
-    assert [line.status for line in results(tmp_path / "run")] == ["success"] * 3
+    # One at a time: the fourth waits 1.2 s in the queue, more than its 1 s deadline, which each
+    # one's 0.4 s run stays well within on a loaded machine.
+    run(settings(tmp_path, rows=4, concurrency=1, agent_timeout=1.0), FakeExecutor(slow))
+    assert [line.status for line in results(tmp_path / "run")] == ["success"] * 4
 
 
 def test_an_attempt_past_its_deadline_is_a_timeout(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ task that outlives the rollout (an interrupt cancels the rollout twice: at the s
 when the run gives up on it), and ``asyncio.run`` would cancel that task on its way out and
 leave the container running. So the run waits for harbor's tasks still in the loop, then
 removes whatever containers of its trials remain (their Compose working directory is in the
-run's scratch folder).
+run's scratch folder), and the images Compose built for them.
 
 Nothing here imports harbor or osmosis_ai: the backend object has loaded them.
 """
@@ -89,15 +89,45 @@ async def finish_cleanup(scratch: Path | None) -> None:
             await asyncio.wait(left, timeout=_CLEANUP_S)
     if scratch is None:
         return
-    label = "com.docker.compose.project.working_dir"
-    code, text = await _docker("ps", "-a", "--format", f'{{{{.ID}}}} {{{{.Label "{label}"}}}}')
-    ours = [
-        line.split(" ", 1)[0]
-        for line in (text.splitlines() if code == 0 else [])
-        if " " in line and line.split(" ", 1)[1].startswith(str(scratch))
-    ]
+    labels = "{{.ID}} " + " ".join(f'{{{{.Label "{label}"}}}}' for label in (_PROJECT, _WORKDIR))
+    code, text = await _docker("ps", "-a", "--format", labels)
+    ours: list[str] = []
+    projects = {_project_name(f"{trial.name}__env") for trial in _trial_dirs(scratch)}
+    for line in text.splitlines() if code == 0 else []:
+        found, project, workdir = [*line.split(" ", 2), "", ""][:3]
+        if workdir.startswith(str(scratch)):
+            ours.append(found)
+            projects.add(project)
     if ours:
         await _docker("rm", "-f", "-v", *ours)
+    # The images Compose built for those trials, which harbor's `down --rmi local` removes when
+    # it runs to the end (on a loaded machine a cancelled trial's may not).
+    images: set[str] = set()
+    for project in sorted(p for p in projects if p):
+        code, text = await _docker("images", "-q", "--filter", f"label={_PROJECT}={project}")
+        images.update(text.split() if code == 0 else [])
+    if images:
+        await _docker("image", "rm", "-f", *sorted(images))
+
+
+_PROJECT = "com.docker.compose.project"
+_WORKDIR = "com.docker.compose.project.working_dir"
+
+
+def _trial_dirs(scratch: Path) -> list[Path]:
+    """The trials' folders in the run's scratch folder (harbor's ``trials_dir`` there)."""
+    trials = scratch / "trials"
+    return [entry for entry in trials.iterdir() if entry.is_dir()] if trials.is_dir() else []
+
+
+def _project_name(session: str) -> str:
+    """The Compose project harbor names a trial's environment: its session id made a valid
+    project name, as harbor's docker environment does it (lower case, ``[a-z0-9_-]``, a leading
+    ``0`` unless it starts with a letter or digit)."""
+    name = session.lower()
+    if not re.match(r"^[a-z0-9]", name):
+        name = "0" + name
+    return re.sub(r"[^a-z0-9_-]", "-", name)
 
 
 async def _docker(*args: str) -> tuple[int, str]:

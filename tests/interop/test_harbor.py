@@ -11,6 +11,7 @@ over HTTP: rewards, records, artifacts, cancellation, SIGTERM, the gateway, its 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -32,6 +33,7 @@ from fake_openai import ReceivedRequest, serve_fake_openai
 from serving import LEASE, free_port
 
 from interop.docker_host import BASE_IMAGE, PY_IMAGE, DockerHost
+from osmosis_run.backends import harbor_checks
 from osmosis_run.backends.harbor_checks import images_of_task
 from osmosis_run.sdk import _osmosis_ai
 
@@ -396,6 +398,34 @@ def test_ctrl_c_mid_trial_stops_its_container_and_leaves_nothing(
     assert code == 130, output
     assert "Event loop is closed" not in output
     assert_left_nothing(docker_host, harbor_env, tmp_path / "home")
+
+
+def test_the_end_of_a_run_removes_the_images_built_for_its_trials(
+    docker_host: DockerHost, harbor_env: Path, tmp_path: Path
+) -> None:
+    """What harbor's `down --rmi local` leaves when a cancelled trial's cleanup does not run to
+    its end (seen on a loaded machine): the image Compose built for the trial."""
+    scratch = tmp_path / "scratch"
+    (scratch / "trials" / "Trial-Left.s0").mkdir(parents=True)  # harbor's folder of a trial
+    other = tmp_path / "other"  # a project of no trial of this run: kept
+    for folder, project in ((tmp_path / "left", "trial-left-s0__env"), (other, "elsewhere__env")):
+        folder.mkdir()
+        (folder / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN true\n")
+        (folder / "compose.yaml").write_text(
+            "services:\n  main:\n    build: {context: ., network: none}\n"
+        )
+        subprocess.run(
+            ["docker", "compose", "-p", project, "build"], cwd=folder, env={**os.environ,
+            **docker_host.env}, check=True, capture_output=True,
+        )  # fmt: skip
+    try:
+        asyncio.run(harbor_checks.finish_cleanup(scratch))
+        names = docker_host.docker("images", "--format", "{{.Repository}}").split()
+        assert "trial-left-s0__env-main" not in names
+        assert "elsewhere__env-main" in names
+    finally:
+        docker_host.docker("image", "rm", "-f", "trial-left-s0__env-main", "elsewhere__env-main",
+                           check=False)  # fmt: skip
 
 
 def test_a_missing_docker_daemon_stops_the_run_before_it_starts(
