@@ -98,8 +98,9 @@ __all__ = ["ARTIFACTS_CAP", "RayExecutor", "runtime_env_of"]
 CALL_MARGIN_S = 30.0
 # How long the cluster's address gets to accept a connection before ray.init is tried.
 CONNECT_TIMEOUT_S = 5.0
-# How long the actors get to remove their scratch directories at the end, before they are killed.
-RELEASE_S = 2.0
+# How long the actors get to remove their scratch directories at the end, before they are killed
+# (it ends as soon as they have; 2 s was too short for a loaded machine, where one was left).
+RELEASE_S = 5.0
 # A replacement actor that cannot start is tried again this many times, then its slot is left
 # empty; with no actor left the run stops (exit 4) and resumes later.
 REPLACE_TRIES = 3
