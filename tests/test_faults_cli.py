@@ -460,7 +460,9 @@ def test_a_forked_child_does_not_hold_the_run_directory(tmp_path: Path) -> None:
             os.kill(int(record.read_text()), signal.SIGKILL)
     assert code == 0, stderr
     assert "3 rollouts, 3 already done" in stderr
-    assert took < store.LOCK_WAIT_S / 2, f"the resume waited {took:.1f}s for the lock"
+    # A resume kept out by the child would wait the lock's whole LOCK_WAIT_S, then fail; this one
+    # took only its own time (seconds on a loaded machine).
+    assert took < store.LOCK_WAIT_S, f"the resume waited {took:.1f}s for the lock"
 
 
 # -- the human channel ---------------------------------------------------------------------------
