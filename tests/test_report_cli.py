@@ -313,6 +313,30 @@ def test_a_corrupt_summary_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("written", "why"),
+    [
+        (b'samples = "\xff"\n', "'utf-8' codec can't decode byte 0xff in position 11"),
+        (b"samples = \n", "Invalid value (at line 1, column 11)"),
+    ],
+    ids=["not-utf-8", "not-toml"],
+)
+def test_an_unreadable_run_toml_is_a_usage_error(
+    cli: Cli, tmp_path: Path, written: bytes, why: str
+) -> None:
+    write_run(tmp_path / "run", [line("a.s0")])
+    (tmp_path / "run" / "run.toml").write_bytes(written)
+
+    result = cli("report", "run")
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        f"error: run/run.toml: cannot read the run's configuration: {why}"
+    )
+    assert result.stderr.count("\n") == 1
+    assert result.stdout == ""
+
+
 def test_report_writes_a_junit_file(cli: Cli, tmp_path: Path) -> None:
     mixed_run(tmp_path / "run")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import heapq
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from osmosis_run.results import outcome
 from osmosis_run.results.records import ResultLine
 from osmosis_run.results.rundata import RunData
 from osmosis_run.store.layout import RESULT_JSON, rollout_dir
+from osmosis_run.store.rundata import read_json_object
 
 __all__ = [
     "MAX_FILES",
@@ -140,7 +140,7 @@ def worst_rollouts(run: RunData, count: int) -> list[ResultLine]:
 def rollout_view(run: RunData, line: ResultLine) -> RolloutView:
     """One rollout with what result.json adds to its results line, and its files."""
     directory = rollout_dir(run.run_dir, line.rollout_id)
-    doc = _read_json(directory / RESULT_JSON)
+    doc = read_json_object(directory / RESULT_JSON)
     error = doc.get("error") or {}
     sample = doc.get("sample") or {}
     messages = line.messages if line.messages is not None else sample.get("messages")
@@ -155,14 +155,6 @@ def rollout_view(run: RunData, line: ResultLine) -> RolloutView:
         files=files[:MAX_FILES],
         more_files=max(len(files) - MAX_FILES, 0),
     )
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _files(directory: Path) -> list[RolloutFile]:

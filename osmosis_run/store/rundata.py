@@ -15,7 +15,13 @@ from osmosis_run.results.rundata import RunData
 from osmosis_run.store.layout import FINGERPRINT, RESULTS, RUN_CONFIG
 from osmosis_run.store.store import read_results, read_summary
 
-__all__ = ["load_run", "read_fingerprint", "read_run_config", "with_stored_summary"]
+__all__ = [
+    "load_run",
+    "read_fingerprint",
+    "read_json_object",
+    "read_run_config",
+    "with_stored_summary",
+]
 
 
 def load_run(
@@ -96,5 +102,15 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
         return {}
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise RunDirError(f"{path}: cannot read the run's configuration: {exc}") from None
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object a run wrote (result.json, invocation.json), or {} when it is missing,
+    unreadable or not an object: what reads it only shows it."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -327,8 +327,10 @@ def _finished_overview(name: str, run_dir: Path) -> dict[str, Any] | None:
 
     None when the run is being written, or its results changed after its summary.
     """
-    from osmosis_run.store.layout import FINGERPRINT, RESULTS, RUN_CONFIG, SUMMARY
-    from osmosis_run.view.index import _read_toml
+    from osmosis_run.errors import RunDirError
+    from osmosis_run.store.layout import RESULTS, SUMMARY
+    from osmosis_run.store.rundata import read_run_config
+    from osmosis_run.view.index import started_at
 
     try:
         written = (run_dir / SUMMARY).stat().st_mtime_ns
@@ -338,11 +340,10 @@ def _finished_overview(name: str, run_dir: Path) -> dict[str, Any] | None:
         return None
     if results > written or is_locked(run_dir):
         return None
-    config = _read_toml(run_dir / RUN_CONFIG)
     try:
-        started: float | None = (run_dir / FINGERPRINT).stat().st_mtime
-    except OSError:
-        started = None
+        config = read_run_config(run_dir)
+    except RunDirError:
+        config = {}  # listed without it; `osmosis-run report` says what is wrong
     return {
         "name": name,
         "path": str(run_dir),
@@ -355,7 +356,7 @@ def _finished_overview(name: str, run_dir: Path) -> dict[str, Any] | None:
         "mean_reward": summary.reward_all.mean,
         "pass_rate": summary.pass_rate,
         "errors": summary.errors,
-        "started_at": started,
+        "started_at": started_at(run_dir),
         "wall_s": summary.wall_s,
         "version": 0,
     }

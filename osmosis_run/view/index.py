@@ -25,11 +25,9 @@ change, so paging through it costs only the page.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import threading
 import time
-import tomllib
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +36,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from osmosis_run.errors import RunDirError
 from osmosis_run.reports.html_report import MetricMeans, charts, rollout_detail, rollout_row
 from osmosis_run.results.metrics import MetricsAccumulator
 from osmosis_run.results.records import STATUSES, ResultLine, Summary
@@ -45,14 +44,14 @@ from osmosis_run.store.layout import (
     FINGERPRINT,
     INVOCATION,
     RESULTS,
-    RUN_CONFIG,
     SUMMARY,
     rollout_dir,
 )
+from osmosis_run.store.rundata import read_json_object, read_run_config
 from osmosis_run.store.store import parse_line
 from osmosis_run.view.runs import RunState, run_state
 
-__all__ = ["SORTS", "Query", "RunIndex"]
+__all__ = ["SORTS", "Query", "RunIndex", "started_at"]
 
 _READ_BYTES = 1 << 20
 SORTS = ("row", "reward", "duration", "id")
@@ -100,7 +99,10 @@ class RunIndex:
         self._clear()
 
     def _clear(self) -> None:
-        config = _read_toml(self.run_dir / RUN_CONFIG)
+        try:
+            config = read_run_config(self.run_dir)
+        except RunDirError:
+            config = {}  # shown without it; `osmosis-run report` says what is wrong
         self.config = config
         self.threshold = _number(config.get("pass_threshold"), 1.0)
         self.metrics = MetricsAccumulator(
@@ -261,7 +263,7 @@ class RunIndex:
         state = self.state(s)
         planned, wall = s.planned, s.wall_s
         if state == "running":  # what the invocation writing it said when it started
-            started = _read_json(self.run_dir / INVOCATION)
+            started = read_json_object(self.run_dir / INVOCATION)
             planned = started.get("planned", planned)
             if isinstance(started.get("started_at"), int | float):
                 wall = max(0.0, time.time() - started["started_at"])
@@ -277,7 +279,7 @@ class RunIndex:
             "mean_reward": s.reward_all.mean,
             "pass_rate": s.pass_rate,
             "errors": s.errors,
-            "started_at": _started_at(self.run_dir),
+            "started_at": started_at(self.run_dir),
             "wall_s": wall,
             "version": self.version,
         }
@@ -397,27 +399,12 @@ def _stored_summary(run_dir: Path) -> Summary | None:
         return None
 
 
-def _started_at(run_dir: Path) -> float | None:
+def started_at(run_dir: Path) -> float | None:
     """When the run was first started: its fingerprint.json is written then, once."""
     try:
         return (run_dir / FINGERPRINT).stat().st_mtime
     except OSError:
         return None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return {}
 
 
 def _number(value: Any, default: float) -> float:
