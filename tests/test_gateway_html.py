@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -12,10 +11,9 @@ from typing import Any
 import pytest
 from conftest import write_jsonl
 from fake_upstream import Reply, serve_upstream
+from test_html_browser import chromium
 from typer.testing import Result
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 KEY = "sk-upstream-SECRET-html-01234"
 
 
@@ -63,14 +61,8 @@ def test_the_page_embeds_usage_and_each_rollouts_model_calls(report: Path) -> No
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists() or importlib.util.find_spec("playwright") is None:
-        pytest.skip("needs /usr/bin/chromium and playwright")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.mark.browser

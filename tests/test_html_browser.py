@@ -8,6 +8,7 @@ system one.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import shutil
@@ -59,10 +60,10 @@ FIVE_QUARTERS = ["flip.s1", "xss.s0", "xss.s1", f"{PAYLOAD_ID}.s0", f"{PAYLOAD_I
 ONERROR = ["xss.s0", "xss.s1", f"{PAYLOAD_ID}.s0", f"{PAYLOAD_ID}.s1", "boom.s0", "boom.s1"]
 
 
-@pytest.fixture(scope="module")
-def browser(runs: Runs) -> Iterator[Browser]:
-    # Depends on `runs` so that the runs are made first: the Playwright sync API keeps an event
-    # loop running in this thread, and the eval command's asyncio.run cannot start inside one.
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    """Debian's headless Chromium driven by Playwright, closed on the way out; the test skips,
+    saying what to install, when either is missing. Every browser test launches it so."""
     if not CHROMIUM.exists():
         pytest.skip(NO_CHROMIUM)
     if importlib.util.find_spec("playwright") is None:
@@ -70,9 +71,19 @@ def browser(runs: Runs) -> Iterator[Browser]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser(runs: Runs) -> Iterator[Browser]:
+    # Depends on `runs` so that the runs are made first: the Playwright sync API keeps an event
+    # loop running in this thread, and the eval command's asyncio.run cannot start inside one.
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")

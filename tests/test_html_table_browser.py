@@ -7,14 +7,13 @@ Needs Debian's chromium (``apt-get install chromium``) and Playwright, as tests/
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from glance_runs import write_a, write_b, write_crowded
-from test_html_browser import CHROMIUM, CHROMIUM_ARGS, NO_CHROMIUM, NO_PLAYWRIGHT, Opened, watch
+from test_html_browser import Opened, chromium, watch
 
 from osmosis_run.reports.html_report import write_compare_html, write_run_html
 
@@ -26,16 +25,8 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.skip(NO_CHROMIUM)
-    if importlib.util.find_spec("playwright") is None:
-        pytest.skip(NO_PLAYWRIGHT)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ the HTML report lists at most ``MAX_ROWS`` rollouts and says so, its charts coun
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from run_dirs import finished, line, write_run
-from test_html_browser import CHROMIUM, CHROMIUM_ARGS, NO_CHROMIUM, NO_PLAYWRIGHT
+from test_html_browser import chromium
 from test_html_report import page_data
 
 from osmosis_run.reports import html_report
@@ -530,16 +529,8 @@ def test_the_html_page_of_a_large_run_stays_small(
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.skip(NO_CHROMIUM)
-    if importlib.util.find_spec("playwright") is None:
-        pytest.skip(NO_PLAYWRIGHT)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.mark.browser

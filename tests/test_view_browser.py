@@ -18,14 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from conftest import subprocess_env
-from test_html_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    NO_CHROMIUM,
-    NO_PLAYWRIGHT,
-    PAYLOAD_ID,
-    Opened,
-)
+from test_html_browser import PAYLOAD_ID, Opened, chromium
 from test_html_report import ID_PAYLOAD, PAYLOAD, Runs, make_runs, shown_as_compare_prints
 from test_view import GatedEval
 from viewing import Viewing, start_view
@@ -53,18 +46,8 @@ def view(runs: Runs) -> Iterator[Viewing]:
 
 @pytest.fixture(scope="module")
 def browser(view: Viewing) -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.skip(NO_CHROMIUM)
-    import importlib.util
-
-    if importlib.util.find_spec("playwright") is None:
-        pytest.skip(NO_PLAYWRIGHT)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
